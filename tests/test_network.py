@@ -1,0 +1,113 @@
+"""What matters about the VPC: zones, subnets, NAT, endpoints, flow logs and discovery tags."""
+
+from __future__ import annotations
+
+from aws_cdk.assertions import Match, Template
+
+from gennstack.summary import endpoint_service_name
+from tests.support import Synth
+
+
+def _tags(resource: dict) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in resource["Properties"].get("Tags", [])}
+
+
+def _subnets(synth: Synth, kind: str) -> list[dict]:
+    return [s for s in synth.resources("AWS::EC2::Subnet").values() if _tags(s)["aws-cdk:subnet-type"] == kind]
+
+
+def test_three_zones_by_default_from_get_azs(synth: Synth) -> None:
+    public, private = _subnets(synth, "Public"), _subnets(synth, "Private")
+    assert len(public) == len(private) == 3
+    zones = [s["Properties"]["AvailabilityZone"] for s in private]
+    assert zones == [{"Fn::Select": [i, {"Fn::GetAZs": ""}]} for i in range(3)]
+
+
+def test_zone_names_from_config_when_region_is_set(synth_variant: Synth) -> None:
+    zones = sorted(s["Properties"]["AvailabilityZone"] for s in _subnets(synth_variant, "Private"))
+    assert zones == ["eu-west-1a", "eu-west-1b"]
+
+
+def test_subnets_sized_for_pod_density(synth: Synth) -> None:
+    assert {s["Properties"]["CidrBlock"].split("/")[1] for s in _subnets(synth, "Private")} == {"18"}
+    assert {s["Properties"]["CidrBlock"].split("/")[1] for s in _subnets(synth, "Public")} == {"24"}
+    for subnet in _subnets(synth, "Public"):
+        assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
+
+
+def test_one_nat_by_default_and_one_per_zone_when_configured(synth: Synth, synth_variant: Synth) -> None:
+    assert len(synth.resources("AWS::EC2::NatGateway")) == 1
+    assert len(synth_variant.resources("AWS::EC2::NatGateway")) == 2
+
+
+def test_discovery_and_load_balancer_tags(synth: Synth) -> None:
+    for subnet in _subnets(synth, "Private"):
+        tags = _tags(subnet)
+        assert tags["karpenter.sh/discovery"] == "gennstack"
+        assert tags["kubernetes.io/role/internal-elb"] == "1"
+        assert "kubernetes.io/role/elb" not in tags
+    for subnet in _subnets(synth, "Public"):
+        tags = _tags(subnet)
+        assert tags["kubernetes.io/role/elb"] == "1"
+        assert "karpenter.sh/discovery" not in tags
+
+
+def _endpoint_services(synth: Synth) -> dict[str, dict]:
+    return {endpoint_service_name(e): e for e in synth.resources("AWS::EC2::VPCEndpoint").values()}
+
+
+def test_s3_gateway_endpoint_on_private_route_tables(synth: Synth) -> None:
+    s3 = _endpoint_services(synth)["s3"]
+    assert s3["Properties"]["VpcEndpointType"] == "Gateway"
+    private_tables = {
+        k for k, v in synth.resources("AWS::EC2::RouteTable").items() if "Private" in v["Properties"]["Tags"][0]["Value"]
+    }
+    assert {ref["Ref"] for ref in s3["Properties"]["RouteTableIds"]} >= private_tables
+
+
+def test_interface_endpoints_default_set_private_and_https_only(synth: Synth) -> None:
+    endpoints = _endpoint_services(synth)
+    assert set(endpoints) == {"s3", "ecr.api", "ecr.dkr", "sts", "sqs", "ec2", "logs"}
+    private_subnets = {k for k, v in synth.resources("AWS::EC2::Subnet").items() if _tags(v)["aws-cdk:subnet-type"] == "Private"}
+    for name, endpoint in endpoints.items():
+        if name == "s3":
+            continue
+        assert endpoint["Properties"]["PrivateDnsEnabled"] is True
+        assert {ref["Ref"] for ref in endpoint["Properties"]["SubnetIds"]} == private_subnets
+    Template.from_json(synth.template).has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {
+            "GroupDescription": "HTTPS from the VPC to its interface endpoints",
+            "SecurityGroupIngress": [Match.object_like({"CidrIp": "10.0.0.0/16", "FromPort": 443, "ToPort": 443})],
+        },
+    )
+
+
+def test_interface_endpoints_follow_config(synth_variant: Synth) -> None:
+    assert set(_endpoint_services(synth_variant)) == {"s3", "ecr.api", "ecr.dkr", "sts", "eks-auth", "ssm"}
+
+
+def test_endpoint_ids_do_not_depend_on_list_position(synth: Synth, synth_variant: Synth) -> None:
+    """Removing an endpoint from config must not replace the others."""
+    default_ids = {k for k, v in synth.resources("AWS::EC2::VPCEndpoint").items()}
+    variant_ids = {k for k, v in synth_variant.resources("AWS::EC2::VPCEndpoint").items()}
+    assert {"NetworkVpcEcrApiEndpoint", "NetworkVpcStsEndpoint"} <= {i[:-8] for i in default_ids & variant_ids}
+
+
+def test_flow_logs_to_s3_as_parquet(synth: Synth, synth_variant: Synth) -> None:
+    Template.from_json(synth.template).has_resource_properties(
+        "AWS::EC2::FlowLog",
+        {
+            "ResourceType": "VPC",
+            "TrafficType": "ALL",
+            "LogDestinationType": "s3",
+            # PascalCase keys: CloudFormation's schema (CDK's own writes camelCase, aws/aws-cdk#25432).
+            "DestinationOptions": {"FileFormat": "parquet", "HiveCompatiblePartitions": True, "PerHourPartition": False},
+        },
+    )
+    (variant,) = synth_variant.resources("AWS::EC2::FlowLog").values()
+    assert variant["Properties"]["TrafficType"] == "REJECT"
+
+
+def test_default_security_group_is_restricted(synth: Synth) -> None:
+    assert len(synth.resources("Custom::VpcRestrictDefaultSG")) == 1
