@@ -68,7 +68,7 @@ class ModelStorage(Construct):
             # An overwritten compile (a re-run of the compile job) stays restorable for a week.
             s3.LifecycleRule(id="ExpireNoncurrentVersions", noncurrent_version_expiration=Duration.days(7)),
         ]
-        if config.compile_cache_expiry_days is not None:
+        if config.compile_cache_expiry_days:
             cache_rules.append(
                 s3.LifecycleRule(
                     id="ExpireStaleCompileCache", expiration=Duration.days(config.compile_cache_expiry_days)

@@ -61,13 +61,14 @@ class Network(Construct):
         )
         self.private_subnets = ec2.SubnetSelection(subnet_group_name=PRIVATE_SUBNETS)
         if config.availability_zones is not None:
-            Validations.of(self.vpc).acknowledge(
-                Acknowledgment(
-                    id="CloudFormation-Validate::W3010",
-                    reason="Zone names are hard-coded only when network.availability_zones sets them on "
-                    "purpose (for example to match capacity reservations); the default selects from Fn::GetAZs.",
-                )
-            )
+            # Zone names are hard-coded only when network.availability_zones sets them on purpose
+            # (for example to match capacity reservations); the default selects from Fn::GetAZs.
+            reason = "zone names pinned on purpose by network.availability_zones"
+            Validations.of(self.vpc).acknowledge(Acknowledgment(id="CloudFormation-Validate::W3010", reason=reason))
+            for subnet in [*self.vpc.public_subnets, *self.vpc.private_subnets]:
+                cfn_subnet = subnet.node.default_child
+                assert isinstance(cfn_subnet, ec2.CfnSubnet)
+                cfn_subnet.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
 
         for subnet in self.vpc.public_subnets:
             Tags.of(subnet).add("kubernetes.io/role/elb", "1")

@@ -141,11 +141,20 @@ class StorageConfig(_Strict):
     # emptied and deleted with the stack (for throwaway test deployments only).
     removal_policy: Literal["retain", "destroy"] = "retain"
     noncurrent_version_expiry_days: Annotated[int, Field(ge=1, le=3650)] = 30
-    # Compile-cache objects expire this many days after upload (null: never). Keys carry the
-    # Neuron SDK version, so old entries belong to SDKs nobody runs any more.
-    compile_cache_expiry_days: Annotated[int, Field(ge=30, le=3650)] | None = 365
+    # Compile-cache objects expire this many days after upload; 0: never. Keys carry the Neuron
+    # SDK version, so old entries belong to SDKs nobody runs any more. (Not null: CDK context
+    # drops null values, so "never" needs a number.)
+    compile_cache_expiry_days: Annotated[int, Field(ge=0, le=3650)] = 365
     abort_incomplete_upload_days: Annotated[int, Field(ge=1, le=30)] = 2
     access_log_expiry_days: Annotated[int, Field(ge=1, le=3650)] = 365
+
+
+    @field_validator("compile_cache_expiry_days")
+    @classmethod
+    def _expiry(cls, value: int) -> int:
+        if 0 < value < 30:
+            raise ValueError("must be 0 (never expire) or at least 30 days, so a running model's cache is not lost")
+        return value
 
 
 class GenerationConfig(_Strict):

@@ -19,6 +19,15 @@ if _BUNDLED_NODE.exists():
 
 ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 
+# What the cdk CLI adds to the app's context by default, so that an in-process synth writes
+# the same bytes as `cdk synth` (tests/test_synth.py checks this).
+CLI_CONTEXT = {
+    "aws:cdk:enable-path-metadata": True,
+    "aws:cdk:enable-asset-metadata": True,
+    "aws:cdk:version-reporting": True,
+    "aws:cdk:bundling-stacks": ["**"],
+}
+
 
 @dataclass(frozen=True)
 class Synth:
@@ -40,7 +49,9 @@ def synthesize(outdir: Path, gennstack: dict[str, Any] | None = None) -> Synth:
     """Build the app the way app.py does (cdk.json context plus overrides) and synthesize it."""
     from app import build_app
 
-    context = {"gennstack": _merged_defaults(gennstack)} if gennstack is not None else None
+    context = dict(CLI_CONTEXT)
+    if gennstack is not None:
+        context["gennstack"] = _merged_defaults(gennstack)
     app, stack, config = build_app(context=context, outdir=str(outdir))
     app.synth()
     return Synth(outdir=outdir, stack=stack, config=config)
@@ -68,7 +79,7 @@ VARIANT = {
         "interface_endpoints": ["ecr.api", "ecr.dkr", "sts", "eks-auth", "ssm"],
         "flow_log_traffic": "REJECT",
     },
-    "storage": {"removal_policy": "destroy", "compile_cache_expiry_days": None},
+    "storage": {"removal_policy": "destroy", "compile_cache_expiry_days": 0},
     "generations": {"trn2": {"enabled": False}},
 }
 

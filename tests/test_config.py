@@ -90,8 +90,13 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"storage": {"compile_cache_expiry_days": 7}},
-        ["storage.compile_cache_expiry_days", "got 7", "greater than or equal to 30"],
+        ["storage.compile_cache_expiry_days", "got 7", "0 (never expire) or at least 30"],
         id="cache-expiry-too-short",
+    ),
+    pytest.param(
+        {"storage": {"compile_cache_expiry_days": None}},
+        ["storage.compile_cache_expiry_days", "got None", "valid integer"],
+        id="null-is-not-never",
     ),
     pytest.param(
         {"generations": {"gen4": {"enabled": True}}},

