@@ -17,6 +17,7 @@ from gennstack import __version__
 # slow down or break another.
 _SUBCOMMANDS: dict[str, str] = {
     "summary": "gennstack.summary",
+    "diagram": "gennstack.diagram",
 }
 
 
