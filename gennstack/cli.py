@@ -18,6 +18,7 @@ from gennstack import __version__
 _SUBCOMMANDS: dict[str, str] = {
     "summary": "gennstack.summary",
     "diagram": "gennstack.diagram",
+    "bench": "gennstack.bench.cli",
 }
 
 

@@ -1,0 +1,173 @@
+"""Typed settings of one benchmark run, validated once when the command line is parsed."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message names the option, the value and what is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """A length in tokens: fixed, or sampled per request (never below 1).
+
+    Spec strings: ``512`` (fixed), ``normal:512,128`` (mean, standard deviation; resampled
+    until positive, as LLMPerf does), ``uniform:256,1024`` (inclusive integer bounds).
+    """
+
+    kind: str
+    a: float
+    b: float = 0.0
+
+    @classmethod
+    def parse(cls, spec: str, *, option: str) -> Distribution:
+        text = str(spec).strip()
+        allowed = "an integer N, normal:MEAN,STDDEV or uniform:LOW,HIGH"
+        try:
+            if ":" not in text:
+                value = int(text)
+                if value < 1:
+                    raise ConfigError(f"{option}={spec!r}: must be at least 1")
+                return cls("fixed", value)
+            kind, _, params = text.partition(":")
+            numbers = [float(p) for p in params.split(",")]
+        except ValueError:
+            raise ConfigError(f"{option}={spec!r}: expected {allowed}") from None
+        if kind == "normal" and len(numbers) == 2:
+            mean, std = numbers
+            if mean < 1 or std < 0:
+                raise ConfigError(f"{option}={spec!r}: normal needs MEAN >= 1 and STDDEV >= 0")
+            return cls("normal", mean, std)
+        if kind == "uniform" and len(numbers) == 2:
+            low, high = numbers
+            if not (1 <= low <= high) or low != int(low) or high != int(high):
+                raise ConfigError(f"{option}={spec!r}: uniform needs integers 1 <= LOW <= HIGH")
+            return cls("uniform", low, high)
+        raise ConfigError(f"{option}={spec!r}: expected {allowed}")
+
+    def sample(self, rng: random.Random) -> int:
+        if self.kind == "fixed":
+            return int(self.a)
+        if self.kind == "uniform":
+            return rng.randint(int(self.a), int(self.b))
+        while True:
+            value = int(round(rng.gauss(self.a, self.b)))
+            if value >= 1:
+                return value
+
+    @property
+    def mean(self) -> int:
+        if self.kind == "uniform":
+            return int(round((self.a + self.b) / 2))
+        return int(round(self.a))
+
+    @property
+    def stddev(self) -> int:
+        if self.kind == "fixed":
+            return 0
+        if self.kind == "uniform":
+            return int(round((self.b - self.a + 1) / math.sqrt(12)))
+        return int(round(self.b))
+
+    def __str__(self) -> str:
+        if self.kind == "fixed":
+            return str(int(self.a))
+        if self.kind == "uniform":
+            return f"uniform:{int(self.a)},{int(self.b)}"
+        return f"normal:{self.a:g},{self.b:g}"
+
+    def to_dict(self) -> dict:
+        return {"spec": str(self), "kind": self.kind, "mean": self.mean, "stddev": self.stddev}
+
+
+def parse_concurrency(spec: str) -> tuple[int, ...]:
+    """``"32"`` or ``"32,160,200"``: positive integers, run in the order given."""
+    try:
+        levels = tuple(int(part) for part in str(spec).split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--concurrency={spec!r}: expected one positive integer or a comma list such as 32,160,200"
+        ) from None
+    if not levels or any(level < 1 for level in levels):
+        raise ConfigError(f"--concurrency={spec!r}: every level must be at least 1")
+    return levels
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """Everything that shapes the load. Built by :func:`gennstack.bench.cli` from flags."""
+
+    base_url: str
+    model: str
+    concurrency: tuple[int, ...]
+    prompt_tokens: Distribution
+    max_tokens: Distribution
+    duration_s: float | None = None
+    num_requests: int | None = None
+    warmup_s: float = 0.0
+    ramp_up_s: float = 0.0  # workers start evenly spread over this many seconds
+    warmup_requests: int | None = None  # None: one per worker (the synchronised first wave)
+    api_key: str | None = field(default=None, repr=False)
+    request_timeout_s: float = 600.0
+    stall_timeout_s: float = 60.0
+    ignore_eos: bool = False
+    include_usage: bool = True
+    extra_body: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.duration_s is None) == (self.num_requests is None):
+            raise ConfigError("give exactly one of --duration or --num-requests")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise ConfigError(f"--duration={self.duration_s!r}: must be greater than 0 seconds")
+        if self.num_requests is not None and self.num_requests < 1:
+            raise ConfigError(f"--num-requests={self.num_requests!r}: must be at least 1")
+        if self.ramp_up_s < 0:
+            raise ConfigError(f"--ramp-up={self.ramp_up_s!r}: must be 0 or more seconds")
+        if self.warmup_s < 0:
+            raise ConfigError(f"--warmup-seconds={self.warmup_s!r}: must be 0 or more")
+        if self.warmup_requests is not None and self.warmup_requests < 0:
+            raise ConfigError(f"--warmup-requests={self.warmup_requests!r}: must be 0 or more")
+        if self.duration_s is not None and self.warmup_requests is not None:
+            raise ConfigError("--warmup-requests goes with --num-requests; use --warmup-seconds with --duration")
+        if self.num_requests is not None and self.warmup_s:
+            raise ConfigError("--warmup-seconds goes with --duration; use --warmup-requests with --num-requests")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--base-url={self.base_url!r}: must start with http:// or https://")
+        if self.request_timeout_s <= 0 or self.stall_timeout_s <= 0:
+            raise ConfigError("--timeout and --stall-timeout must be greater than 0 seconds")
+
+    @property
+    def chat_url(self) -> str:
+        return self.base_url.rstrip("/") + "/chat/completions"
+
+    def warmup_requests_for(self, concurrency: int) -> int:
+        if self.num_requests is None:
+            return 0
+        return concurrency if self.warmup_requests is None else self.warmup_requests
+
+    def to_dict(self) -> dict:
+        """The settings as recorded in the result file (never the API key)."""
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "concurrency": list(self.concurrency),
+            "prompt_tokens": self.prompt_tokens.to_dict(),
+            "max_tokens": self.max_tokens.to_dict(),
+            "duration_s": self.duration_s,
+            "num_requests": self.num_requests,
+            "warmup_s": self.warmup_s,
+            "warmup_requests": self.warmup_requests,
+            "ramp_up_s": self.ramp_up_s,
+            "request_timeout_s": self.request_timeout_s,
+            "stall_timeout_s": self.stall_timeout_s,
+            "ignore_eos": self.ignore_eos,
+            "include_usage": self.include_usage,
+            "extra_body": self.extra_body,
+            "seed": self.seed,
+            "api_key_set": bool(self.api_key),
+        }

@@ -1,0 +1,109 @@
+"""Terminal output: the live progress bar during a level and the summary tables after it."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gennstack.bench.runner import COMPLETED, RequestRecord
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value * 1000:,.1f}"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+class LevelProgress:
+    """A progress bar for one level: by time (``--duration``) or by requests (``--num-requests``).
+
+    Updated from the event loop at most every 0.2 s, so its cost stays off the hot path.
+    """
+
+    def __init__(self, console: Console, *, concurrency: int, duration_s: float | None, total_requests: int | None, enabled: bool):
+        self.enabled = enabled
+        self.duration_s = duration_s
+        self.total = total_requests
+        self.done = 0
+        self.failed = 0
+        self.tokens = 0
+        self._t0 = time.monotonic()
+        self._last = 0.0
+        self.progress = Progress(
+            TextColumn(f"[bold]c={concurrency}[/bold]"),
+            BarColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+            disable=not enabled,
+            refresh_per_second=4,
+        )
+        self.task = self.progress.add_task("bench", total=duration_s or total_requests or 1, status="starting")
+
+    def __enter__(self) -> LevelProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._refresh(final=True)
+        self.progress.__exit__(*exc)
+
+    def on_record(self, rec: RequestRecord) -> None:
+        self.done += 1
+        self.failed += rec.status != COMPLETED
+        self.tokens += rec.output_tokens
+        self._refresh()
+
+    def _refresh(self, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not final and now - self._last < 0.2:
+            return
+        self._last = now
+        elapsed = now - self._t0
+        status = f"{self.done} done · {self.failed} failed · {self.tokens / max(elapsed, 1e-9):,.0f} tok/s"
+        completed = (min(elapsed, self.duration_s) if self.duration_s else self.done) if not final else self.progress.tasks[0].total
+        self.progress.update(self.task, completed=completed, status=status)
+
+
+def summary_tables(levels: list[dict], *, title: str = "gennstack bench") -> list[Table]:
+    """Two narrow tables (each fits an 80-column terminal): per-user latency, then throughput."""
+    latency = Table(title=f"{title} · per user (ms unless noted)", title_justify="left")
+    for name in ("conc.", "TTFT p50", "TTFT p99", "ITL p50", "ITL p99", "gap p99", "e2e p50 s", "user tok/s"):
+        latency.add_column(name, justify="right")
+    throughput = Table(title="aggregate", title_justify="left")
+    for name in ("conc.", "agg tok/s", "req/s", "completed", "incomplete", "failed", "n from"):
+        throughput.add_column(name, justify="right")
+    for lvl in levels:
+        m = lvl["metrics"]
+        req = lvl["requests"]
+        latency.add_row(
+            str(lvl["concurrency"]), _ms(m["ttft_s"]["p50"]), _ms(m["ttft_s"]["p99"]), _ms(m["itl_s"]["p50"]),
+            _ms(m["itl_s"]["p99"]), _ms(m["chunk_gap_s"]["p99"]), _num(m["e2e_s"]["p50"], 2),
+            _num(m["user_output_tokens_per_s"]["mean"]),
+        )
+        throughput.add_row(
+            str(lvl["concurrency"]), _num(lvl["aggregate_output_tokens_per_s"]), _num(lvl["requests_per_s"], 2),
+            str(req["completed"]), str(req["incomplete"]), str(req["failed"]), lvl["token_source"],
+        )
+    return [latency, throughput]
+
+
+def failures_table(levels: list[dict]) -> Table | None:
+    rows = [(lvl["concurrency"], cls, count) for lvl in levels for cls, count in lvl["requests"]["failures_by_class"].items()]
+    if not rows:
+        return None
+    table = Table(title="failures by class", title_justify="left")
+    table.add_column("conc.", justify="right")
+    table.add_column("class")
+    table.add_column("count", justify="right")
+    for concurrency, cls, count in rows:
+        table.add_row(str(concurrency), cls, str(count))
+    return table

@@ -1,0 +1,378 @@
+"""A local OpenAI-compatible server that streams on a programmed, fixed schedule.
+
+It is the ground truth the benchmark is tested against, and a way for users to try the tool
+without a GPU: ``gennstack bench mock-server --ttft 0.2 --itl 0.05``.
+
+Schedule of one streamed chat completion, all times on the server's monotonic clock from
+``t_recv`` (the moment the request body has been read):
+
+* at ``t_recv``: a role chunk with empty content (what vLLM and OpenAI send first; a client
+  must not count it as the first token);
+* chunk ``k`` (k = 0 .. C-1) at ``t_recv + ttft + k * itl``, each holding ``tokens_per_chunk``
+  tokens (the last one the remainder), so ``C = ceil(n / tokens_per_chunk)``. Targets are
+  absolute, so a late wake-up never delays the chunks after it;
+* right after the last chunk: a chunk with ``finish_reason``, a usage chunk (when the client
+  asked with ``stream_options.include_usage`` and usage is on), ``data: [DONE]``.
+
+``n`` is the request's ``max_tokens`` (or ``--output-tokens`` when set). Faults are injected by
+request number, counting chat completion requests from 1 in arrival order: the first
+``Fault`` whose ``every`` divides that number applies, so a test knows exactly which
+requests fail and how.
+
+The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
+transfer encoding), so that the scheduling cost per chunk stays low and predictable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+_MAX_BODY = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """``kind`` is ``http`` (answer ``status`` at once), ``stall`` (stop sending after
+    ``after_chunks`` content chunks and hold the connection open) or ``broken`` (reset the
+    connection after ``after_chunks`` content chunks)."""
+
+    kind: str
+    every: int
+    status: int = 500
+    after_chunks: int = 2
+
+    @classmethod
+    def parse(cls, spec: str, *, after_chunks: int = 2) -> Fault:
+        """``http:STATUS:EVERY``, ``stall:EVERY`` or ``broken:EVERY``."""
+        parts = spec.split(":")
+        try:
+            if parts[0] == "http" and len(parts) == 3:
+                status, every = int(parts[1]), int(parts[2])
+                if not 400 <= status <= 599:
+                    raise ValueError
+                fault = cls("http", every, status=status, after_chunks=after_chunks)
+            elif parts[0] in ("stall", "broken") and len(parts) == 2:
+                fault = cls(parts[0], int(parts[1]), after_chunks=after_chunks)
+            else:
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"--fault={spec!r}: expected http:STATUS:EVERY (STATUS 400-599), stall:EVERY or broken:EVERY"
+            ) from None
+        if fault.every < 1:
+            raise ValueError(f"--fault={spec!r}: EVERY must be at least 1")
+        return fault
+
+
+@dataclass(frozen=True, slots=True)
+class MockSettings:
+    ttft_s: float = 0.1
+    itl_s: float = 0.02
+    tokens_per_chunk: int = 1
+    output_tokens: int | None = None  # None: honour the request's max_tokens
+    default_max_tokens: int = 64
+    reasoning_tokens: int = 0  # the first R tokens stream as reasoning_content
+    usage: bool = True
+    faults: tuple[Fault, ...] = ()
+    stall_max_s: float = 300.0
+
+    def fault_for(self, request_number: int) -> Fault | None:
+        for fault in self.faults:
+            if request_number % fault.every == 0:
+                return fault
+        return None
+
+
+@dataclass(slots=True)
+class MockStats:
+    chat_requests: int = 0
+    completed_streams: int = 0
+    chunks_sent: int = 0
+    tokens_sent: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+    max_lateness_s: float = 0.0
+    total_lateness_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "chat_requests": self.chat_requests,
+            "completed_streams": self.completed_streams,
+            "chunks_sent": self.chunks_sent,
+            "tokens_sent": self.tokens_sent,
+            "faults": dict(self.faults),
+            "max_lateness_s": self.max_lateness_s,
+            "mean_lateness_s": self.total_lateness_s / self.chunks_sent if self.chunks_sent else 0.0,
+        }
+
+
+def _frame(payload: bytes) -> bytes:
+    """One SSE event as one HTTP/1.1 chunk."""
+    data = b"data: " + payload + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class MockServer:
+    """Serve ``/v1/chat/completions``, ``/v1/models``, ``/health`` and ``/stats``."""
+
+    def __init__(self, settings: MockSettings, *, model: str = "mock-model") -> None:
+        self.settings = settings
+        self.model = model
+        self.stats = MockStats()
+        self._server: asyncio.base_events.Server | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        self._server = await asyncio.start_server(self._on_connect, host, port, backlog=4096)
+        return self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._tasks.add(task)
+        try:
+            while await self._serve_one(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._tasks.discard(task)
+            if not writer.transport.is_closing():
+                writer.close()
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _version = lines[0].split(" ", 2)
+        headers = {}
+        for line in lines[1:]:
+            if ":" in line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            self._write_json(writer, 411, {"error": {"message": "send Content-Length"}}, keep_alive=False)
+            return False
+        length = int(headers.get("content-length", "0"))
+        if length > _MAX_BODY:
+            self._write_json(writer, 400, {"error": {"message": "body too large"}}, keep_alive=False)
+            return False
+        body = await reader.readexactly(length) if length else b""
+        t_recv = time.monotonic()
+        keep_alive = headers.get("connection", "").lower() != "close"
+        path = target.split("?", 1)[0]
+        if path.endswith("/chat/completions"):
+            if method != "POST":
+                self._write_json(writer, 405, {"error": {"message": "use POST"}}, keep_alive)
+                return keep_alive
+            return await self._chat(reader, writer, body, t_recv, keep_alive)
+        if path.endswith("/models") and method == "GET":
+            self._write_json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}, keep_alive)
+        elif path in ("/health", "/healthz") and method == "GET":
+            self._write_json(writer, 200, {"status": "ok"}, keep_alive)
+        elif path == "/stats" and method == "GET":
+            self._write_json(writer, 200, self.stats.to_dict(), keep_alive)
+        else:
+            self._write_json(writer, 404, {"error": {"message": f"no route {method} {path}"}}, keep_alive)
+        await writer.drain()
+        return keep_alive
+
+    @staticmethod
+    def _write_json(writer: asyncio.StreamWriter, status: int, obj: dict, keep_alive: bool) -> None:
+        body = json.dumps(obj).encode()
+        writer.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: %s\r\n\r\n%s"
+            % (status, _REASONS.get(status, "Error").encode(), len(body), b"keep-alive" if keep_alive else b"close", body)
+        )
+
+    async def _chat(self, reader, writer, body: bytes, t_recv: float, keep_alive: bool) -> bool:
+        s = self.settings
+        try:
+            request = json.loads(body or b"{}")
+            if not isinstance(request, dict):
+                raise ValueError
+        except ValueError:
+            self._write_json(writer, 400, {"error": {"message": "body is not a JSON object"}}, keep_alive)
+            await writer.drain()
+            return keep_alive
+        self.stats.chat_requests += 1
+        number = self.stats.chat_requests
+        fault = s.fault_for(number)
+        if fault is not None:
+            self.stats.faults[fault.kind] = self.stats.faults.get(fault.kind, 0) + 1
+        if fault is not None and fault.kind == "http":
+            self._write_json(writer, fault.status, {"error": {"message": f"injected HTTP {fault.status}", "code": fault.status}}, keep_alive)
+            await writer.drain()
+            return keep_alive
+
+        requested = request.get("max_tokens") or request.get("max_completion_tokens") or s.default_max_tokens
+        n = int(s.output_tokens or requested)
+        chunks = max(1, math.ceil(n / s.tokens_per_chunk))
+        prompt_tokens = len(str(request.get("messages", "")).split())
+        rid = f"chatcmpl-mock-{number}"
+        created = int(time.time())
+        model = request.get("model") or self.model
+
+        def chunk(delta: dict, finish: str | None = None) -> bytes:
+            return _frame(json.dumps({
+                "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }, separators=(",", ":")).encode())
+
+        if not request.get("stream"):
+            text = " tok" * n
+            self._write_json(writer, 200, {
+                "id": rid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
+            }, keep_alive)
+            await writer.drain()
+            return keep_alive
+
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+            b"transfer-encoding: chunked\r\nconnection: %s\r\n\r\n" % (b"keep-alive" if keep_alive else b"close")
+        )
+        writer.write(chunk({"role": "assistant", "content": ""}))
+        sent_tokens = 0
+        for k in range(chunks):
+            size = min(s.tokens_per_chunk, n - sent_tokens)
+            target = t_recv + s.ttft_s + k * s.itl_s
+            delay = target - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            late = time.monotonic() - target
+            if late > 0:
+                self.stats.total_lateness_s += late
+                self.stats.max_lateness_s = max(self.stats.max_lateness_s, late)
+            reasoning = max(0, min(size, s.reasoning_tokens - sent_tokens))
+            delta: dict = {}
+            if reasoning:
+                delta["reasoning_content"] = " think" * reasoning
+            if size - reasoning:
+                delta["content"] = " tok" * (size - reasoning)
+            writer.write(chunk(delta))
+            sent_tokens += size
+            self.stats.chunks_sent += 1
+            self.stats.tokens_sent += size
+            if fault is not None and k + 1 >= min(fault.after_chunks, chunks):
+                await writer.drain()
+                if fault.kind == "broken":
+                    writer.transport.abort()
+                    return False
+                # stall: hold the connection open until the client gives up (or stall_max_s)
+                try:
+                    await asyncio.wait_for(reader.read(1), timeout=s.stall_max_s)
+                except asyncio.TimeoutError:
+                    pass
+                writer.transport.abort()
+                return False
+            await writer.drain()
+        writer.write(chunk({}, finish="length"))
+        stream_options = request.get("stream_options") or {}
+        if s.usage and stream_options.get("include_usage"):
+            writer.write(_frame(json.dumps({
+                "id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
+            }, separators=(",", ":")).encode()))
+        writer.write(_frame(b"[DONE]"))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        self.stats.completed_streams += 1
+        return keep_alive
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--ttft", type=float, default=0.1, help="seconds from request to first content chunk (default: %(default)s)")
+    parser.add_argument("--itl", type=float, default=0.02, help="seconds between content chunks (default: %(default)s)")
+    parser.add_argument("--tokens-per-chunk", type=int, default=1, help="tokens in each content chunk (default: %(default)s)")
+    parser.add_argument("--output-tokens", type=int, default=None, help="tokens per response; default: the request's max_tokens")
+    parser.add_argument("--reasoning-tokens", type=int, default=0, help="the first N tokens stream as reasoning_content (default: %(default)s)")
+    parser.add_argument("--no-usage", action="store_true", help="never send a usage chunk, even when asked")
+    parser.add_argument(
+        "--fault", action="append", default=[], metavar="SPEC",
+        help="inject a fault into every EVERY-th request: http:STATUS:EVERY, stall:EVERY or broken:EVERY (repeatable; first match wins)",
+    )
+    parser.add_argument("--fault-after-chunks", type=int, default=2, help="content chunks sent before a stall or broken stream (default: %(default)s)")
+    parser.add_argument("--stall-max", type=float, default=300.0, help="longest a stalled stream is held open, seconds (default: %(default)s)")
+    parser.add_argument("--model-name", default="mock-model", help="model id served at /v1/models (default: %(default)s)")
+
+
+def settings_from_args(args: argparse.Namespace) -> MockSettings:
+    if args.ttft < 0 or args.itl < 0 or args.tokens_per_chunk < 1:
+        raise ValueError("--ttft and --itl must be >= 0 and --tokens-per-chunk >= 1")
+    return MockSettings(
+        ttft_s=args.ttft,
+        itl_s=args.itl,
+        tokens_per_chunk=args.tokens_per_chunk,
+        output_tokens=args.output_tokens,
+        reasoning_tokens=args.reasoning_tokens,
+        usage=not args.no_usage,
+        faults=tuple(Fault.parse(spec, after_chunks=args.fault_after_chunks) for spec in args.fault),
+        stall_max_s=args.stall_max,
+    )
+
+
+async def serve(settings: MockSettings, host: str, port: int, model: str) -> None:
+    server = MockServer(settings, model=model)
+    bound = await server.start(host, port)
+    print(f"mock OpenAI server listening on http://{host}:{bound}/v1", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - non-POSIX
+            pass
+    await stop.wait()
+    await server.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(settings, args.host, args.port, args.model_name))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gennstack.bench.mockserver", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""The self-contained HTML report (one run, or several side by side for ``compare``).
+
+Everything is inline: SVG charts drawn by :mod:`gennstack.bench.svg`, a stylesheet, and a
+few lines of script for the per-user / aggregate toggle. No CDN, so it opens offline.
+The two views are ``<section data-view="user">`` and ``<section data-view="aggregate">``;
+the buttons ``#view-user`` and ``#view-aggregate`` switch between them (also ``#aggregate``
+in the address).
+"""
+
+from __future__ import annotations
+
+from html import escape
+
+from gennstack.bench.svg import Series, cdf_points, line_chart
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:1.4em;margin:0 0 4px} h2{font-size:1.15em;margin:28px 0 8px} h3{font-size:1em;margin:18px 0 6px}
+.meta{color:#555;font-size:.9em} .meta code{font-size:.95em;word-break:break-all}
+.toggle{margin:18px 0;display:flex;gap:0}
+.toggle button{font-size:1em;padding:8px 18px;border:1px solid #1f77b4;background:#fff;color:#1f77b4;cursor:pointer}
+.toggle button[aria-pressed=true]{background:#1f77b4;color:#fff}
+.toggle button:first-child{border-radius:6px 0 0 6px}.toggle button:last-child{border-radius:0 6px 6px 0}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{background:#fafafa;border:1px solid #e3e3e3;border-radius:4px}
+svg .grid{stroke:#e6e6e6} svg .axis,svg .tickmark{stroke:#888} svg text{font-size:11px;fill:#444}
+svg .chart-title{font-size:13px;font-weight:600;fill:#222} svg .label{font-size:12px}
+table{border-collapse:collapse;font-size:.88em;margin:6px 0} th,td{border:1px solid #ddd;padding:4px 8px;text-align:right}
+th{background:#f2f2f2} td:first-child,th:first-child{text-align:left}
+.note{color:#555;font-size:.88em;max-width:900px} .table-wrap{overflow-x:auto}
+"""
+
+_SCRIPT = """
+(function(){
+  function show(view){
+    document.querySelectorAll('section[data-view]').forEach(function(s){ s.hidden = s.dataset.view !== view; });
+    document.querySelectorAll('.toggle button').forEach(function(b){ b.setAttribute('aria-pressed', String(b.dataset.view === view)); });
+    document.body.dataset.view = view;
+  }
+  document.querySelectorAll('.toggle button').forEach(function(b){
+    b.addEventListener('click', function(){ show(b.dataset.view); history.replaceState(null, '', '#' + b.dataset.view); });
+  });
+  show(location.hash === '#aggregate' ? 'aggregate' : 'user');
+})();
+"""
+
+_PER_USER_ROWS = (
+    ("ttft_s", "TTFT", "s"),
+    ("itl_s", "ITL (excl. first)", "s"),
+    ("chunk_gap_s", "Chunk gap", "s"),
+    ("e2e_s", "End-to-end", "s"),
+    ("user_output_tokens_per_s", "Per-user tok/s", "tok/s"),
+)
+
+
+def _v(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "–"
+    if unit == "s":
+        return f"{value * 1000:.1f} ms" if value < 10 else f"{value:.2f} s"
+    return f"{value:,.1f}"
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000
+
+
+def _label(result: dict, i: int) -> str:
+    return result.get("_label") or f"run {i + 1}"
+
+
+def _user_table(results: list[dict]) -> str:
+    head = "<tr><th>run</th><th>concurrency</th>" + "".join(
+        f"<th>{escape(name)} mean</th><th>p50</th><th>p99</th>" for _, name, _ in _PER_USER_ROWS
+    ) + "<th>n from</th></tr>"
+    rows = []
+    for i, result in enumerate(results):
+        for level in result["levels"]:
+            cells = [f"<td>{escape(_label(result, i))}</td><td>{level['concurrency']}</td>"]
+            for key, _, unit in _PER_USER_ROWS:
+                m = level["metrics"][key]
+                cells.append("".join(f"<td>{_v(m[q], unit)}</td>" for q in ("mean", "p50", "p99")))
+            cells.append(f"<td>{escape(level['token_source'])}</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<div class="table-wrap"><table class="per-user">{head}{"".join(rows)}</table></div>'
+
+
+def _aggregate_table(results: list[dict]) -> str:
+    head = ("<tr><th>run</th><th>concurrency</th><th>aggregate tok/s</th><th>requests/s</th><th>window</th>"
+            "<th>completed</th><th>incomplete</th><th>failed</th><th>failures by class</th></tr>")
+    rows = []
+    for i, result in enumerate(results):
+        for level in result["levels"]:
+            req = level["requests"]
+            failures = ", ".join(f"{k}: {v}" for k, v in req["failures_by_class"].items()) or "none"
+            rows.append(
+                f"<tr><td>{escape(_label(result, i))}</td><td>{level['concurrency']}</td>"
+                f"<td>{level['aggregate_output_tokens_per_s']:,.1f}</td><td>{level['requests_per_s']:,.2f}</td>"
+                f"<td>{level['window']['length_s']:.1f} s</td><td>{req['completed']}</td><td>{req['incomplete']}</td>"
+                f"<td>{req['failed']}</td><td>{escape(failures)}</td></tr>"
+            )
+    return f'<table class="aggregate">{head}{"".join(rows)}</table>'
+
+
+def _vs_concurrency(results: list[dict], value, *, title: str, y_label: str, chart_id: str) -> str:
+    series = []
+    for i, result in enumerate(results):
+        points = [(lvl["concurrency"], value(lvl)) for lvl in sorted(result["levels"], key=lambda x: x["concurrency"])]
+        series.append(Series(_label(result, i), [(x, y) for x, y in points if y is not None]))
+    return line_chart(series, title=title, x_label="concurrency (streams)", y_label=y_label, chart_id=chart_id)
+
+
+def _distribution_charts(results: list[dict], keys: tuple[tuple[str, str, str], ...], prefix: str) -> str:
+    """CDFs: one series per level for a single run; per level, one series per run to compare."""
+    charts = []
+    if len(results) == 1:
+        groups = [(None, [(f"c={lvl['concurrency']}", lvl) for lvl in results[0]["levels"]])]
+    else:
+        levels = sorted({lvl["concurrency"] for r in results for lvl in r["levels"]})
+        groups = [
+            (c, [(_label(r, i), lvl) for i, r in enumerate(results) for lvl in r["levels"] if lvl["concurrency"] == c])
+            for c in levels
+        ]
+    for concurrency, members in groups:
+        suffix = "" if concurrency is None else f" at concurrency {concurrency}"
+        for key, name, unit in keys:
+            scale = 1000.0 if unit == "milliseconds" else 1.0
+            series = [Series(label, cdf_points([v * scale for v in lvl["samples"].get(key, [])]), markers=False)
+                      for label, lvl in members]
+            chart_id = f"{prefix}-{key}" + ("" if concurrency is None else f"-c{concurrency}")
+            charts.append(line_chart(series, title=f"{name}{suffix} (CDF)", x_label=unit, y_label="fraction of requests",
+                                     chart_id=chart_id, step=True))
+    return "".join(charts)
+
+
+def _time_series_charts(results: list[dict]) -> str:
+    if len(results) == 1:
+        series = [Series(f"c={lvl['concurrency']}", [tuple(p) for p in lvl["throughput_series"]], markers=False)
+                  for lvl in results[0]["levels"]]
+        return line_chart(series, title="Aggregate output tokens/s over the measured window", x_label="seconds into window",
+                          y_label="tokens/s", chart_id="agg-timeseries")
+    charts = []
+    for c in sorted({lvl["concurrency"] for r in results for lvl in r["levels"]}):
+        series = [Series(_label(r, i), [tuple(p) for p in lvl["throughput_series"]], markers=False)
+                  for i, r in enumerate(results) for lvl in r["levels"] if lvl["concurrency"] == c]
+        charts.append(line_chart(series, title=f"Aggregate output tokens/s over time at concurrency {c}",
+                                 x_label="seconds into window", y_label="tokens/s", chart_id=f"agg-timeseries-c{c}"))
+    return "".join(charts)
+
+
+def _header(results: list[dict]) -> str:
+    if len(results) == 1:
+        r = results[0]
+        settings = r["settings"]
+        length = f"{settings['duration_s']} s per level" if settings["duration_s"] else f"{settings['num_requests']} requests per level"
+        return (
+            f"<h1>gennstack bench: {escape(r['model'])}</h1>"
+            f'<p class="meta">endpoint <code>{escape(r["endpoint"])}</code> · started {escape(r["started_at"])} · '
+            f"{escape(r['tool']['name'])} {escape(r['tool']['version'])} · concurrency {', '.join(map(str, settings['concurrency']))} · "
+            f"{escape(length)} · prompt tokens {escape(settings['prompt_tokens']['spec'])} · max tokens {escape(settings['max_tokens']['spec'])}</p>"
+            f'<p class="meta">command <code>{escape(" ".join(r["command"]))}</code></p>'
+        )
+    rows = "".join(
+        f"<tr><td>{escape(_label(r, i))}</td><td>{escape(r['model'])}</td><td>{escape(r['endpoint'])}</td>"
+        f"<td>{escape(r['started_at'])}</td><td>{', '.join(str(lvl['concurrency']) for lvl in r['levels'])}</td>"
+        f"<td>{escape(r['settings']['prompt_tokens']['spec'])} / {escape(r['settings']['max_tokens']['spec'])}</td></tr>"
+        for i, r in enumerate(results)
+    )
+    return (
+        f"<h1>gennstack bench compare: {len(results)} runs</h1>"
+        "<table class=\"runs\"><tr><th>run</th><th>model</th><th>endpoint</th><th>started</th><th>concurrency</th>"
+        f"<th>prompt / max tokens</th></tr>{rows}</table>"
+    )
+
+
+def render(results: list[dict]) -> str:
+    """The full HTML page for one result (a run) or several (a comparison)."""
+    title = "gennstack bench compare" if len(results) > 1 else f"gennstack bench: {results[0]['model']}"
+    user = (
+        '<section data-view="user" id="section-user"><h2>Per-user view: what each user feels</h2>'
+        '<p class="note">Per request, warm-up excluded, completed requests only. TTFT: to the first chunk with '
+        "non-empty content or reasoning. ITL: (t_last − t_first) / (n − 1). Per-user tokens/s: n / end-to-end.</p>"
+        '<div class="charts">'
+        + _vs_concurrency(results, lambda lvl: lvl["metrics"]["user_output_tokens_per_s"]["mean"],
+                          title="Per-user output tokens/s (mean) vs concurrency", y_label="tokens/s per user", chart_id="user-tps-vs-concurrency")
+        + _vs_concurrency(results, lambda lvl: _ms(lvl["metrics"]["ttft_s"]["p50"]),
+                          title="TTFT p50 vs concurrency", y_label="milliseconds", chart_id="user-ttft-vs-concurrency")
+        + _vs_concurrency(results, lambda lvl: _ms(lvl["metrics"]["itl_s"]["p50"]),
+                          title="ITL p50 vs concurrency", y_label="milliseconds", chart_id="user-itl-vs-concurrency")
+        + _distribution_charts(results, (("ttft_s", "Time to first token", "milliseconds"), ("itl_s", "Inter-token latency", "milliseconds"),
+                                         ("e2e_s", "End-to-end latency", "milliseconds"),
+                                         ("user_output_tokens_per_s", "Per-user output tokens/s", "tokens/s")), "user")
+        + "</div>" + _user_table(results) + "</section>"
+    )
+    aggregate = (
+        '<section data-view="aggregate" id="section-aggregate"><h2>Aggregate view: what the fleet delivers</h2>'
+        '<p class="note">Aggregate tokens/s: tokens that arrived inside the measured window (from any request) divided '
+        "by its length. Requests/s: measured requests completed inside the window divided by its length.</p>"
+        '<div class="charts">'
+        + _vs_concurrency(results, lambda lvl: lvl["aggregate_output_tokens_per_s"],
+                          title="Aggregate output tokens/s vs concurrency", y_label="tokens/s", chart_id="agg-tps-vs-concurrency")
+        + _vs_concurrency(results, lambda lvl: lvl["requests_per_s"],
+                          title="Requests/s vs concurrency", y_label="requests/s", chart_id="agg-rps-vs-concurrency")
+        + _time_series_charts(results)
+        + "</div>" + _aggregate_table(results) + "</section>"
+    )
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body data-view=\"user\">"
+        + _header(results)
+        + '<div class="toggle" role="group" aria-label="view">'
+        '<button id="view-user" type="button" data-view="user" aria-pressed="true">Per-user</button>'
+        '<button id="view-aggregate" type="button" data-view="aggregate" aria-pressed="false">Aggregate</button></div>'
+        + user + aggregate.replace('<section data-view="aggregate"', '<section data-view="aggregate" hidden', 1)
+        + f"<script>{_SCRIPT}</script></body></html>\n"
+    )
