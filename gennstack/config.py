@@ -22,6 +22,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gennstack.instances import INSTANCE_TYPES, family
+
 __all__ = [
     "ConfigError",
     "GENERATION_NAMES",
@@ -65,6 +67,8 @@ _ACCOUNT_RE = re.compile(r"^\d{12}$")
 _REGION_RE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
 _CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$")
 _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+_INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -210,11 +214,12 @@ _GENERATION_DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "g6e": {
         "model_id": "openai/gpt-oss-20b",
-        "instance_types": ("g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.12xlarge"),
+        # One L40S holds a full GPT-OSS 20B replica: offer every size with room for it, so
+        # price-capacity-optimized spot allocation has choices (4-GPU sizes run 4 replicas).
+        "instance_types": ("g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge", "g6e.12xlarge"),
         "max_nodes": 8,
     },
 }
-_INSTANCE_SIZE_RE = re.compile(r"^(metal(-\d+xl)?|(\d+)?x?large|medium|small)$")
 
 
 class GenerationsConfig(_Strict):
@@ -242,20 +247,68 @@ class GenerationsConfig(_Strict):
     def _families(self) -> GenerationsConfig:
         for name in GENERATION_NAMES:
             generation: GenerationConfig = getattr(self, name)
+            allowed = sorted(t for t in INSTANCE_TYPES if family(t) == _FAMILIES[name])
             for instance_type in generation.instance_types:
-                family, _, size = instance_type.partition(".")
-                if family != _FAMILIES[name] or not _INSTANCE_SIZE_RE.match(size):
-                    raise _KeyError(
-                        f"{name}.instance_types",
-                        instance_type,
-                        f"instance types of the {_FAMILIES[name]} family, such as "
-                        f"{_GENERATION_DEFAULTS[name]['instance_types'][0]!r}",
-                    )
+                if instance_type not in allowed:
+                    raise _KeyError(f"{name}.instance_types", instance_type, f"one of {allowed}")
+            if len(set(generation.instance_types)) != len(generation.instance_types):
+                raise _KeyError(f"{name}.instance_types", list(generation.instance_types), "each type at most once")
         return self
 
     def enabled(self) -> dict[str, GenerationConfig]:
         """The enabled generations, by name, in their fixed order."""
         return {name: gen for name in GENERATION_NAMES if (gen := getattr(self, name)).enabled}
+
+
+class ClusterConfig(_Strict):
+    """The EKS control plane and the small on-demand node group for system pods."""
+
+    # Only versions whose kubectl layer package is installed (see gennstack.versions).
+    kubernetes_version: Literal["1.36"] = "1.36"
+    # CIDRs allowed to reach the public API endpoint. Empty (the default): the endpoint is
+    # private, reachable only from the VPC (and through it, VPN or Direct Connect).
+    public_endpoint_cidrs: tuple[str, ...] = ()
+    # IAM role ARNs granted cluster-admin through EKS access entries.
+    admin_role_arns: tuple[str, ...] = ()
+    system_node_instance_types: tuple[str, ...] = ("m7i.large", "m6i.large", "m7a.large")
+    system_nodes_min: Annotated[int, Field(ge=2, le=10)] = 2
+    system_nodes_max: Annotated[int, Field(ge=2, le=20)] = 4
+    # vCPU limit of Karpenter's general-purpose (CPU) NodePool.
+    general_pool_max_vcpu: Annotated[int, Field(ge=0, le=1000)] = 64
+
+    @field_validator("public_endpoint_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for cidr in value:
+            try:
+                ipaddress.IPv4Network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not an IPv4 CIDR block ({exc})") from None
+        return value
+
+    @field_validator("admin_role_arns")
+    @classmethod
+    def _arns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for arn in value:
+            if not _ROLE_ARN_RE.match(arn):
+                raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::123456789012:role/name)")
+        return value
+
+    @field_validator("system_node_instance_types")
+    @classmethod
+    def _system_types(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one instance type")
+        for instance_type in value:
+            if not _INSTANCE_TYPE_RE.match(instance_type) or family(instance_type) in _FAMILIES:
+                raise ValueError(f"{instance_type!r} is not a general-purpose instance type such as 'm7i.large'")
+        return value
+
+    @model_validator(mode="after")
+    def _sizes(self) -> ClusterConfig:
+        if self.system_nodes_max < self.system_nodes_min:
+            raise _KeyError("system_nodes_max", self.system_nodes_max, f"at least system_nodes_min ({self.system_nodes_min})")
+        return self
 
 
 class GenNStackConfig(_Strict):
@@ -266,6 +319,7 @@ class GenNStackConfig(_Strict):
     region: str | None = None
     cluster_name: str = "gennstack"
     tags: dict[str, str] = Field(default_factory=lambda: {"project": "gennstack"})
+    cluster: ClusterConfig = ClusterConfig()
     network: NetworkConfig = NetworkConfig()
     storage: StorageConfig = StorageConfig()
     generations: GenerationsConfig = GenerationsConfig()

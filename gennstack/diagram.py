@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gennstack.summary import CONFIG_METADATA_KEY, SummaryError, endpoint_service_name, load_assembly
+from gennstack.summary import CONFIG_METADATA_KEY, SummaryError, node_pools, endpoint_service_name, load_assembly
 
 START, END = "<!-- diagram:start -->", "<!-- diagram:end -->"
 
@@ -57,14 +57,48 @@ def mermaid(template: dict[str, Any]) -> str:
     ]
     if _count(template, "AWS::EC2::FlowLog"):
         lines.append("  VPC -.->|flow logs| LOGS")
-    for name, generation in config.get("generations", {}).items():
-        if generation.get("enabled"):
-            node = f"GEN_{re.sub(r'[^A-Za-z0-9]', '_', name)}"
-            lines.append(
-                f'  {node}["{name}: {generation.get("model_id")}<br/>'
-                f'{", ".join(generation.get("instance_types", []))}<br/>(planned: compute layer)"]'
+    clusters = [r["Properties"] for r in resources.values() if r.get("Type") == "AWS::EKS::Cluster"]
+    if clusters:
+        charts = {
+            r["Properties"]["Chart"]: r["Properties"].get("Version")
+            for r in resources.values()
+            if r.get("Type") == "Custom::AWSCDK-EKS-HelmChart"
+        }
+        lines += [
+            f'  subgraph EKS["EKS {clusters[0].get("Name")}, Kubernetes {clusters[0].get("Version")}"]',
+            '    SYS["system node group (on-demand)<br/>Karpenter, CoreDNS, controllers"]',
+            f'    KARP["Karpenter {charts.get("karpenter", "?")}"]',
+        ]
+        spot_pools = [p for p in node_pools(template) if p["metadata"]["name"] != "general" and not p["metadata"]["name"].endswith("-on-demand")]
+        names = {p["metadata"]["name"] for p in node_pools(template)}
+        for pool in spot_pools:
+            name = pool["metadata"]["name"]
+            requirements = {r["key"]: r.get("values", []) for r in pool["spec"]["template"]["spec"]["requirements"]}
+            fallback = " + on-demand fallback" if f"{name}-on-demand" in names else ""
+            node = "POOL_" + re.sub(r"[^A-Za-z0-9]", "_", name)
+            model = next(
+                (g.get("model_id") for g_name, g in config.get("generations", {}).items() if name.endswith(g_name)), "?"
             )
-            lines.append(f"  {node} -.-> PRIV")
+            lines.append(
+                f'    {node}["NodePool {name}<br/>for {model}<br/>'
+                f'{", ".join(requirements.get("node.kubernetes.io/instance-type", []))}<br/>spot{fallback}"]'
+            )
+            lines.append(f"    KARP --> {node}")
+        lines += [
+            "  end",
+            '  EB["EventBridge: spot warnings, rebalance,<br/>state changes, health events"] --> SQS[("interruption queue")]',
+            "  SQS --> KARP",
+            "  EKS -.->|nodes and pods| PRIV",
+        ]
+    else:
+        for name, generation in config.get("generations", {}).items():
+            if generation.get("enabled"):
+                node = f"GEN_{re.sub(r'[^A-Za-z0-9]', '_', name)}"
+                lines.append(
+                    f'  {node}["{name}: {generation.get("model_id")}<br/>'
+                    f'{", ".join(generation.get("instance_types", []))}<br/>(planned: compute layer)"]'
+                )
+                lines.append(f"  {node} -.-> PRIV")
     return "\n".join(lines)
 
 

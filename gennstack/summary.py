@@ -88,20 +88,63 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"  Bucket {logical_id}: {sse}, versioning {'on' if versioned else 'off'}, on stack delete: {policy}"
         )
 
-    generations = config.get("generations", {})
-    has_cluster = any(t in counts for t in ("AWS::EKS::Cluster", "Custom::AWSCDK-EKS-Cluster"))
-    for gen_name, generation in generations.items():
+    for cluster in _of_type(template, "AWS::EKS::Cluster"):
+        properties = cluster["Properties"]
+        vpc_config = properties.get("ResourcesVpcConfig", {})
+        endpoint = "private"
+        if vpc_config.get("EndpointPublicAccess"):
+            endpoint = f"public from {', '.join(vpc_config.get('PublicAccessCidrs', []))} + private"
+        auto_mode = properties.get("ComputeConfig", {}).get("Enabled")
+        lines.append(
+            f"  EKS cluster {properties.get('Name')}: Kubernetes {properties.get('Version')}, endpoint {endpoint}, "
+            f"Auto Mode {'on' if auto_mode else 'off'}"
+        )
+        addons = sorted(
+            f"{a['Properties']['AddonName']} {a['Properties'].get('AddonVersion', '(unpinned)')}"
+            for a in _of_type(template, "AWS::EKS::Addon")
+        )
+        lines.append(f"    Add-ons: {', '.join(addons)}")
+        for nodegroup in _of_type(template, "AWS::EKS::Nodegroup"):
+            ng = nodegroup["Properties"]
+            scaling = ng.get("ScalingConfig", {})
+            lines.append(
+                f"    Node group {', '.join(ng.get('InstanceTypes', []))}: {ng.get('CapacityType', '').lower()}, "
+                f"{scaling.get('MinSize')}-{scaling.get('MaxSize')} nodes, labels {ng.get('Labels', {})}"
+            )
+        charts = sorted(
+            f"{c['Properties']['Chart']} {c['Properties'].get('Version')}"
+            for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")
+        )
+        lines.append(f"    Helm charts: {', '.join(charts)}")
+    for pool in node_pools(template):
+        spec = pool["spec"]
+        requirements = {r["key"]: r.get("values", []) for r in spec["template"]["spec"]["requirements"]}
+        instance_types = requirements.get("node.kubernetes.io/instance-type") or ["(by category)"]
+        limits = ", ".join(f"{k}={v}" for k, v in spec.get("limits", {}).items())
+        lines.append(
+            f"  NodePool {pool['metadata']['name']}: {', '.join(instance_types)} "
+            f"({'/'.join(requirements.get('karpenter.sh/capacity-type', []))}, weight {spec.get('weight')}; limits {limits})"
+        )
+
+    for gen_name, generation in config.get("generations", {}).items():
         if not generation.get("enabled"):
             lines.append(f"  Generation {gen_name}: disabled")
             continue
-        capacity = "spot, on-demand fallback" if generation.get("on_demand_fallback") else "spot only"
         lines.append(
-            f"  NodePool {gen_name}: {', '.join(generation.get('instance_types', []))} "
-            f"({capacity}; at most {generation.get('max_nodes')} nodes)"
-            + ("" if has_cluster else " [configured; no EKS cluster in this stack yet]")
+            f"  Generation {gen_name}: model {generation.get('model_id')} @ {generation.get('model_revision')} "
+            "[serving: not in this stack yet]"
         )
-        lines.append(f"    Model {generation.get('model_id')} @ {generation.get('model_revision')}")
     return lines
+
+
+def node_pools(template: dict[str, Any]) -> list[dict[str, Any]]:
+    """Karpenter NodePools among the manifests the stack applies (manifests without tokens only)."""
+    pools = []
+    for resource in _of_type(template, "Custom::AWSCDK-EKS-KubernetesResource"):
+        manifest = resource["Properties"].get("Manifest")
+        if isinstance(manifest, str):
+            pools.extend(m for m in json.loads(manifest) if m.get("kind") == "NodePool")
+    return pools
 
 
 def summarize(cdk_out: Path) -> str:

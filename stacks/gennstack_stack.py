@@ -8,8 +8,13 @@ from aws_cdk import Fn, Stack, Tags
 
 from constructs import Construct  # the library; the repo's constructs/ folder merges into it
 from constructs.access_logs import AccessLogBucket
+from constructs.cluster import Cluster
+from constructs.karpenter import Karpenter
+from constructs.load_balancer_controller import LoadBalancerController
 from constructs.model_storage import ModelStorage
 from constructs.network import Network
+from constructs.node_pools import NodePools
+from constructs.operators import Operators
 from gennstack.config import GenNStackConfig
 from gennstack.summary import CONFIG_METADATA_KEY
 
@@ -45,6 +50,24 @@ class GenNStack(Stack):
         self.model_storage = ModelStorage(
             self, "ModelStorage", config=config.storage, access_log_bucket=self.access_logs.bucket
         )
+        self.cluster = Cluster(
+            self,
+            "Eks",
+            config=config.cluster,
+            cluster_name=config.cluster_name,
+            vpc=self.network.vpc,
+            private_subnets=self.network.private_subnets,
+        )
+        self.karpenter = Karpenter(self, "Karpenter", cluster=self.cluster.cluster, cluster_name=config.cluster_name)
+        self.node_pools = NodePools(
+            self, "NodePools", cluster=self.cluster.cluster, config=config, node_role_name=self.karpenter.node_role.role_name
+        )
+        self.node_pools.node.add_dependency(self.karpenter.crd_chart)
+        self.load_balancer_controller = LoadBalancerController(
+            self, "LoadBalancerController", cluster=self.cluster.cluster, cluster_name=config.cluster_name,
+            vpc_id=self.network.vpc.vpc_id,
+        )
+        self.operators = Operators(self, "Operators", cluster=self.cluster.cluster)
 
     @property
     def availability_zones(self) -> list[str]:

@@ -72,6 +72,10 @@ def _merged_defaults(override: dict[str, Any]) -> dict[str, Any]:
 # A configuration that exercises the other branch of every choice the default makes.
 VARIANT = {
     "region": "eu-west-1",
+    "cluster": {
+        "public_endpoint_cidrs": ["203.0.113.0/24"],
+        "admin_role_arns": ["arn:aws:iam::123456789012:role/platform-admins"],
+    },
     "network": {
         "az_count": 2,
         "availability_zones": ["eu-west-1a", "eu-west-1b"],

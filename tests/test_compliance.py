@@ -65,10 +65,13 @@ def test_every_acknowledgment_has_a_reason(synth: Synth, synth_variant: Synth) -
 
 
 def test_acknowledgment_list(synth: Synth, snapshot) -> None:
-    """The full list, so a reviewer sees every change to it in the snapshot diff."""
-    acknowledgments = _acknowledgments(synth.template)
-    print("\n".join(f"{a['resource']}: {a['id']}: {a['reason']}" for a in acknowledgments))
-    assert acknowledgments == snapshot
+    """The full list, grouped by finding and reason, so a reviewer sees every change to it in the snapshot diff."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for ack in _acknowledgments(synth.template):
+        grouped.setdefault((ack["id"], ack["reason"]), []).append(ack["resource"])
+    listing = [{"id": i, "reason": r, "resources": sorted(res)} for (i, r), res in sorted(grouped.items())]
+    print("\n".join(f"{a['id']} on {', '.join(a['resources'])}: {a['reason']}" for a in listing))
+    assert listing == snapshot
 
 
 # --- cfn-lint ------------------------------------------------------------------------------

@@ -105,8 +105,43 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         {"generations": {"g6e": {"instance_types": ["p5.48xlarge"]}}},
-        ["generations.g6e.instance_types", "'p5.48xlarge'", "g6e family"],
+        ["generations.g6e.instance_types", "'p5.48xlarge'", "one of ['g6e.12xlarge'"],
         id="wrong-instance-family",
+    ),
+    pytest.param(
+        {"generations": {"inf2": {"instance_types": ["inf2.8xlarge"]}}},
+        ["generations.inf2.instance_types", "'inf2.8xlarge'", "one of ['inf2.24xlarge', 'inf2.48xlarge']"],
+        id="instance-type-too-small-for-the-catalog",
+    ),
+    pytest.param(
+        {"generations": {"trn2": {"instance_types": ["trn2.48xlarge", "trn2.48xlarge"]}}},
+        ["generations.trn2.instance_types", "each type at most once"],
+        id="duplicate-instance-type",
+    ),
+    pytest.param(
+        {"cluster": {"kubernetes_version": "1.30"}},
+        ["cluster.kubernetes_version", "'1.30'", "'1.36'"],
+        id="unsupported-kubernetes-version",
+    ),
+    pytest.param(
+        {"cluster": {"public_endpoint_cidrs": ["0.0.0.0/33"]}},
+        ["cluster.public_endpoint_cidrs", "'0.0.0.0/33' is not an IPv4 CIDR"],
+        id="bad-endpoint-cidr",
+    ),
+    pytest.param(
+        {"cluster": {"admin_role_arns": ["arn:aws:iam::123456789012:user/bob"]}},
+        ["cluster.admin_role_arns", "is not an IAM role ARN"],
+        id="admin-not-a-role",
+    ),
+    pytest.param(
+        {"cluster": {"system_node_instance_types": ["g6e.xlarge"]}},
+        ["cluster.system_node_instance_types", "'g6e.xlarge' is not a general-purpose"],
+        id="accelerator-as-system-node",
+    ),
+    pytest.param(
+        {"cluster": {"system_nodes_min": 3, "system_nodes_max": 2}},
+        ["cluster.system_nodes_max", "got 2", "at least system_nodes_min (3)"],
+        id="system-nodes-max-below-min",
     ),
     pytest.param(
         {"generations": {"inf2": {"instance_types": []}}}, ["generations.inf2.instance_types", "at least one"], id="no-instance-types"

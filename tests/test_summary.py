@@ -17,8 +17,11 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "VPC 10.0.0.0/16: 3 AZs, 6 subnets (public /24, private /18), 1 NAT gateway(s), flow logs: ALL" in text
     assert "VPC endpoints: ec2, ecr.api, ecr.dkr, logs, s3, sqs, sts" in text
     assert "Bucket ModelStorageModelsBucket2AA7EB86: aws:kms, versioning on, on stack delete: Retain" in text
-    assert "NodePool inf2: inf2.48xlarge (spot, on-demand fallback; at most 4 nodes)" in text
-    assert "Model openai/gpt-oss-20b @ main" in text
+    assert "EKS cluster gennstack: Kubernetes 1.36, endpoint private, Auto Mode off" in text
+    assert "karpenter 1.14.1" in text and "nvidia-device-plugin 0.20.1" in text
+    assert "NodePool gen1-inf2: inf2.48xlarge (spot, weight 100; limits cpu=768, memory=3072Gi, aws.amazon.com/neuron=48)" in text
+    assert "NodePool gen1-inf2-on-demand: inf2.48xlarge (on-demand, weight 10;" in text
+    assert "Generation g6e: model openai/gpt-oss-20b @ main" in text
 
 
 def test_summary_of_variant(synth_variant: Synth) -> None:
@@ -27,6 +30,8 @@ def test_summary_of_variant(synth_variant: Synth) -> None:
     assert "eks-auth" in text and "ssm" in text
     assert "on stack delete: Delete" in text
     assert "Generation trn2: disabled" in text
+    assert "NodePool gen2-trn2" not in text
+    assert "endpoint public from 203.0.113.0/24 + private" in text
 
 
 def test_cli_prints_summary(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,194 @@
+"""The EKS control plane, its managed add-ons, and the on-demand node group for system pods."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, CfnResource, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_kms as kms
+
+from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from gennstack import versions
+from gennstack.config import ClusterConfig
+
+# Labels and taint of the system node group. Every system workload tolerates the taint; model
+# pods never do, so they can only land on Karpenter's accelerator nodes.
+SYSTEM_LABEL = {"gennstack.io/pool": "system"}
+SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
+SYSTEM_TOLERATIONS = [{"key": SYSTEM_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
+SYSTEM_NODE_SELECTOR = dict(SYSTEM_LABEL)
+
+_LOG_TYPES = [
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+]
+
+
+class Cluster(Construct):
+    """An EKS cluster in the VPC's private subnets, without Auto Mode, with access entries only.
+
+    Relies on:
+    - ``aws_eks_v2`` defaults to EKS Auto Mode; GenNStack runs its own Karpenter (full NodePool
+      control, spot first, no per-instance Auto Mode fee), so Auto Mode is off
+      (``DefaultCapacityType.NODEGROUP`` with no default capacity);
+    - authentication mode ``API``: access entries only, no ``aws-auth`` ConfigMap;
+    - with a private endpoint, CDK's kubectl handler runs inside the VPC's private subnets;
+    - cdk-nag's EKS rules (public endpoint, control-plane logs) only recognise the older
+      ``aws_eks`` cluster, so ``tests/test_cluster.py`` asserts those properties itself.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ClusterConfig,
+        cluster_name: str,
+        vpc: ec2.IVpc,
+        private_subnets: ec2.SubnetSelection,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        version = versions.KUBERNETES[config.kubernetes_version]
+        self.secrets_key = kms.Key(
+            self, "SecretsKey", description=f"EKS secrets envelope encryption ({cluster_name})", enable_key_rotation=True
+        )
+        endpoint = (
+            eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*config.public_endpoint_cidrs)
+            if config.public_endpoint_cidrs
+            else eks.EndpointAccess.PRIVATE
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            cluster_name=cluster_name,
+            version=eks.KubernetesVersion.of(version.kubernetes),
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            vpc=vpc,
+            vpc_subnets=[private_subnets],
+            endpoint_access=endpoint,
+            cluster_logging=_LOG_TYPES,
+            secrets_encryption_key=self.secrets_key,
+            bootstrap_cluster_creator_admin_permissions=False,
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=version.kubectl_layer(self, "KubectlLayer")),
+            output_config_command=False,
+        )
+
+        # Managed add-ons, pinned; they take over the self-managed defaults EKS bootstraps
+        # (OVERWRITE), so an add-on update never fights leftover configuration.
+        self.addons = {
+            name: eks.Addon(
+                self, _addon_id(name), cluster=self.cluster, addon_name=name, addon_version=addon_version,
+                preserve_on_delete=False,
+            )
+            for name, addon_version in version.addons.items()
+        }
+        for addon in self.addons.values():
+            _cfn(addon).add_property_override("ResolveConflicts", "OVERWRITE")
+        # The Pod Identity agent: aws_eks_v2 creates it on first use by a POD_IDENTITY service
+        # account; created here so every controller's role works, and pinned.
+        _cfn(self.cluster.eks_pod_identity_agent).add_property_override("AddonVersion", version.pod_identity_agent)
+
+        self.system_nodes = self.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            instance_types=[ec2.InstanceType(t) for t in config.system_node_instance_types],
+            min_size=config.system_nodes_min,
+            desired_size=config.system_nodes_min,
+            max_size=config.system_nodes_max,
+            capacity_type=eks.CapacityType.ON_DEMAND,
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            subnets=private_subnets,
+            labels=SYSTEM_LABEL,
+            taints=[
+                eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key=SYSTEM_TAINT_KEY, value="true"),
+            ],
+        )
+
+        for index, role_arn in enumerate(config.admin_role_arns):
+            self.cluster.grant_access(
+                f"Admin{index}",
+                role_arn,
+                [eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
+            )
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        # CDK's kubectl provider (the Lambda that runs kubectl/helm for manifests and charts):
+        # CDK owns its code, runtime and roles. Each acknowledgment sits on the resource it covers.
+        provider = self.cluster.node.find_child("KubectlProvider")
+        handler = provider.node.find_child("Handler")
+        on_event = provider.node.find_child("Provider").node.find_child("framework-onEvent")
+        managed = (
+            "service-role/AWSLambdaBasicExecutionRole",
+            "service-role/AWSLambdaVPCAccessExecutionRole",
+            "AmazonEC2ContainerRegistryReadOnly",
+        )
+        managed_reason = (
+            "CDK-owned kubectl provider (aws_eks_v2): AWS managed policies for Lambda logging, VPC ENIs "
+            "and ECR pulls of charts, maintained by AWS; the role is assumable only by Lambda."
+        )
+        ecr_public = (
+            'AwsSolutions-IAM4[Policy::{"Fn::If":["EksClusterKubectlProviderHandlerHasEcrPublicC426D1A5",'
+            '{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},'
+            '{"Ref":"AWS::NoValue"}]}]'
+        )
+        Validations.of(handler.node.find_child("ServiceRole")).acknowledge(
+            *[
+                Acknowledgment(id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{p}]", reason=managed_reason)
+                for p in managed
+            ],
+            Acknowledgment(
+                id=ecr_public,
+                reason="CDK-owned kubectl provider: read-only pulls of OCI charts from ECR Public "
+                "(Karpenter, Neuron), only in the aws partition.",
+            ),
+        )
+        Validations.of(on_event.node.find_child("ServiceRole")).acknowledge(
+            *[
+                Acknowledgment(id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{p}]", reason=managed_reason)
+                for p in managed[:2]
+            ],
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::<EksClusterKubectlProviderHandlerDA75FB7A.Arn>:*]",
+                reason="CDK's custom-resource provider framework may invoke any version of its own kubectl "
+                "handler function; the wildcard covers only that function's version qualifiers.",
+            ),
+        )
+        Validations.of(handler).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-L1",
+                reason="CDK-owned kubectl provider: aws-cdk-lib pins the runtime its handler is tested "
+                "with; it moves forward with the pinned aws-cdk-lib version.",
+            )
+        )
+        Validations.of(self.system_nodes.role).acknowledge(
+            *[
+                Acknowledgment(
+                    id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]",
+                    reason="EKS requires this AWS managed policy on node roles (it tracks new EKS/ECR/CNI "
+                    "API needs); the role is assumable only by EC2 in this node group.",
+                )
+                for policy in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+            ]
+        )
+        Validations.of(self.cluster.role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy]",
+                reason="The EKS control plane's service role must carry AmazonEKSClusterPolicy; it is "
+                "assumable only by eks.amazonaws.com.",
+            )
+        )
+
+
+def _addon_id(addon: str) -> str:
+    """``kube-proxy`` -> ``KubeProxyAddon``: a stable construct ID per add-on."""
+    return "".join(part.capitalize() for part in addon.split("-")) + "Addon"
+
+
+def _cfn(addon: eks.IAddon) -> CfnResource:
+    resource = addon.node.default_child
+    assert isinstance(resource, CfnResource)
+    return resource

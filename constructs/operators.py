@@ -1,0 +1,88 @@
+"""Device plugins and operators from their upstream Helm charts, versions pinned in gennstack.versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+
+from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from gennstack import versions
+from gennstack.instances import NEURON, NVIDIA_GPU
+
+# Karpenter labels every node with the GPU maker of its instance type; the NVIDIA device plugin
+# runs only there (its chart's default affinity wants Node Feature Discovery labels GenNStack does
+# not install).
+_NVIDIA_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [
+                    {"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}
+                ]}
+            ]
+        }
+    }
+}
+
+
+def chart_values() -> dict[str, dict[str, Any]]:
+    """Helm values of each operator chart, by chart name. Tests check them; the construct applies them."""
+    system = {"nodeSelector": SYSTEM_NODE_SELECTOR, "tolerations": SYSTEM_TOLERATIONS}
+    return {
+        # Device plugin (DaemonSet on Neuron instance types, tolerating the Neuron taint by
+        # default) and the Neuron scheduler extension, which hands out contiguous NeuronCores.
+        versions.NEURON.name: {
+            "devicePlugin": {"enabled": True, "tolerations": [{"key": NEURON, "operator": "Exists", "effect": "NoSchedule"}]},
+            "scheduler": {"enabled": True},
+        },
+        versions.NVIDIA_DEVICE_PLUGIN.name: {
+            "affinity": _NVIDIA_AFFINITY,
+            "tolerations": [{"key": NVIDIA_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        versions.KUBERAY_OPERATOR.name: {**system, "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}}},
+        versions.METRICS_SERVER.name: {
+            **system,
+            "replicas": 2,
+            "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
+        },
+    }
+
+
+class Operators(Construct):
+    """The Neuron and NVIDIA device plugins, the KubeRay operator and metrics-server.
+
+    Relies on: Karpenter does not mark an accelerator node initialized until its device plugin
+    registers ``aws.amazon.com/neuron`` or ``nvidia.com/gpu``; none of these charts calls AWS, so
+    none needs a role.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, construct_id)
+        values = chart_values()
+        namespaces = {
+            versions.NEURON.name: "kube-system",
+            versions.NVIDIA_DEVICE_PLUGIN.name: "kube-system",
+            versions.KUBERAY_OPERATOR.name: "kuberay-system",
+            versions.METRICS_SERVER.name: "kube-system",
+        }
+        construct_ids = {
+            versions.NEURON.name: "Neuron",
+            versions.NVIDIA_DEVICE_PLUGIN.name: "NvidiaDevicePlugin",
+            versions.KUBERAY_OPERATOR.name: "KubeRayOperator",
+            versions.METRICS_SERVER.name: "MetricsServer",
+        }
+        self.charts: dict[str, eks.HelmChart] = {}
+        for chart in (versions.NEURON, versions.NVIDIA_DEVICE_PLUGIN, versions.KUBERAY_OPERATOR, versions.METRICS_SERVER):
+            self.charts[chart.name] = eks.HelmChart(
+                self,
+                construct_ids[chart.name],
+                cluster=cluster,
+                chart=chart.name,
+                repository=chart.repository,
+                version=chart.version,
+                namespace=namespaces[chart.name],
+                release=chart.name,
+                values=values[chart.name],
+            )

@@ -1,0 +1,47 @@
+"""The accelerator instance types GenNStack knows, with the facts its NodePools are sized from.
+
+Hand-written because nothing offline provides it: the figures are EC2's published specifications
+(vCPU, memory, accelerator devices, local NVMe). Karpenter's limits, the device-plugin resource
+names and the node classes' storage choices are derived from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NEURON = "aws.amazon.com/neuron"
+NVIDIA_GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    vcpu: int
+    memory_gib: int
+    # Devices the device plugin advertises under ``accelerator_resource`` (Inferentia2/Trainium2
+    # chips, or GPUs).
+    accelerators: int
+    accelerator_resource: str
+    # Total local NVMe instance store in GB; 0 means EBS only.
+    nvme_gb: int
+
+
+INSTANCE_TYPES: dict[str, InstanceSpec] = {
+    # Inferentia2: 12 chips (24 NeuronCores), EBS only.
+    "inf2.48xlarge": InstanceSpec(192, 768, 12, NEURON, 0),
+    "inf2.24xlarge": InstanceSpec(96, 384, 6, NEURON, 0),
+    # Trainium2: 16 chips, 4 x 1.9 TB NVMe.
+    "trn2.48xlarge": InstanceSpec(192, 2048, 16, NEURON, 7600),
+    # NVIDIA L40S (48 GB each), all with local NVMe.
+    "g6e.xlarge": InstanceSpec(4, 32, 1, NVIDIA_GPU, 250),
+    "g6e.2xlarge": InstanceSpec(8, 64, 1, NVIDIA_GPU, 450),
+    "g6e.4xlarge": InstanceSpec(16, 128, 1, NVIDIA_GPU, 600),
+    "g6e.8xlarge": InstanceSpec(32, 256, 1, NVIDIA_GPU, 900),
+    "g6e.16xlarge": InstanceSpec(64, 512, 1, NVIDIA_GPU, 1900),
+    "g6e.12xlarge": InstanceSpec(48, 384, 4, NVIDIA_GPU, 3800),
+    "g6e.24xlarge": InstanceSpec(96, 768, 4, NVIDIA_GPU, 3800),
+    "g6e.48xlarge": InstanceSpec(192, 1536, 8, NVIDIA_GPU, 7600),
+}
+
+
+def family(instance_type: str) -> str:
+    return instance_type.split(".", 1)[0]

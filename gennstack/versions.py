@@ -1,0 +1,77 @@
+"""Every version GenNStack deploys, pinned in one place.
+
+Synth never asks AWS or a registry what is newest: changing a version here is a reviewed change
+that shows in the template snapshot. Re-check managed add-on builds before an upgrade with
+``aws eks describe-addon-versions --kubernetes-version <minor> --addon-name <name>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
+
+from constructs import Construct
+
+
+@dataclass(frozen=True)
+class KubernetesRelease:
+    """A Kubernetes minor with the kubectl/helm layer of the same minor and its managed add-ons.
+
+    kubectl supports one minor of skew, so the kubectl Lambda layer must match the cluster.
+    """
+
+    kubernetes: str
+    kubectl_layer: Callable[[Construct, str], KubectlV36Layer]
+    addons: dict[str, str] = field(default_factory=dict)
+    pod_identity_agent: str = ""
+
+
+KUBERNETES: dict[str, KubernetesRelease] = {
+    # 1.36: the newest minor aws-cdk-lib 2.275 knows (KubernetesVersion.V1_36) and in EKS standard
+    # support. Add-on builds seen on EKS 1.36 clusters.
+    "1.36": KubernetesRelease(
+        kubernetes="1.36",
+        kubectl_layer=lambda scope, construct_id: KubectlV36Layer(scope, construct_id),
+        addons={
+            "vpc-cni": "v1.23.2-eksbuild.1",
+            "coredns": "v1.14.7-eksbuild.11",
+            "kube-proxy": "v1.36.0-eksbuild.45",
+        },
+        pod_identity_agent="v1.4.0-eksbuild.3",
+    ),
+}
+
+# EKS-optimized AL2023, pinned to a dated release (awslabs/amazon-eks-ami v20260714 ships 1.36
+# standard, NVIDIA and Neuron AMIs). Never @latest: an unpinned AMI update rolls every node.
+AL2023_AMI_ALIAS = "al2023@v20260714"
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A Helm chart from an HTTP repository (``name`` in ``repository``) or an OCI reference."""
+
+    name: str
+    repository: str
+    version: str
+
+
+KARPENTER_CRD = Chart("karpenter-crd", "oci://public.ecr.aws/karpenter/karpenter-crd", "1.14.1")
+KARPENTER = Chart("karpenter", "oci://public.ecr.aws/karpenter/karpenter", "1.14.1")
+NEURON = Chart("neuron-helm-chart", "oci://public.ecr.aws/neuron/neuron-helm-chart", "1.10.0")
+NVIDIA_DEVICE_PLUGIN = Chart("nvidia-device-plugin", "https://nvidia.github.io/k8s-device-plugin", "0.20.1")
+# 1.7.0: the release whose CRDs the tests validate RayService/RayCluster manifests against.
+KUBERAY_OPERATOR = Chart("kuberay-operator", "https://ray-project.github.io/kuberay-helm/", "1.7.0")
+AWS_LOAD_BALANCER_CONTROLLER = Chart("aws-load-balancer-controller", "https://aws.github.io/eks-charts", "3.5.0")
+METRICS_SERVER = Chart("metrics-server", "https://kubernetes-sigs.github.io/metrics-server/", "3.14.0")
+
+CHARTS: tuple[Chart, ...] = (
+    KARPENTER_CRD,
+    KARPENTER,
+    NEURON,
+    NVIDIA_DEVICE_PLUGIN,
+    KUBERAY_OPERATOR,
+    AWS_LOAD_BALANCER_CONTROLLER,
+    METRICS_SERVER,
+)

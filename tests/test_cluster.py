@@ -1,0 +1,261 @@
+"""EKS, Karpenter and the operators: the properties cdk-nag cannot see on aws_eks_v2, asserted here."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from constructs.karpenter_interruption import INTERRUPTION_PATTERNS
+from constructs.operators import chart_values
+from gennstack import versions
+from tests.support import Synth
+
+
+def _one(synth: Synth, resource_type: str) -> dict:
+    (resource,) = synth.resources(resource_type).values()
+    return resource["Properties"]
+
+
+def test_auto_mode_is_off_and_no_default_capacity(synth: Synth) -> None:
+    cluster = _one(synth, "AWS::EKS::Cluster")
+    assert cluster["ComputeConfig"] == {"Enabled": False}
+    assert cluster["KubernetesNetworkConfig"]["ElasticLoadBalancing"] == {"Enabled": False}
+    assert cluster["StorageConfig"] == {"BlockStorage": {"Enabled": False}}
+    (nodegroup,) = synth.resources("AWS::EKS::Nodegroup").values()  # only the system node group
+    assert nodegroup["Properties"]["Labels"] == {"gennstack.io/pool": "system"}
+
+
+def test_kubernetes_version_and_matching_kubectl_layer(synth: Synth) -> None:
+    cluster = _one(synth, "AWS::EKS::Cluster")
+    assert cluster["Version"] == "1.36"
+    from aws_cdk import App, Stack
+
+    for minor, release in versions.KUBERNETES.items():
+        layer = release.kubectl_layer(Stack(App(), "LayerTest"), "Layer")
+        # kubectl supports one minor of skew: the layer's minor must be the cluster's.
+        assert type(layer).__name__ == f"KubectlV{minor.replace('1.', '')}Layer"
+
+
+def test_access_entries_only_and_no_creator_admin(synth: Synth) -> None:
+    cluster = _one(synth, "AWS::EKS::Cluster")
+    assert cluster["AccessConfig"]["AuthenticationMode"] == "API"
+    assert cluster["AccessConfig"]["BootstrapClusterCreatorAdminPermissions"] is False
+
+
+def test_control_plane_logging_and_secrets_encryption(synth: Synth) -> None:
+    cluster = _one(synth, "AWS::EKS::Cluster")
+    enabled = {t["Type"] for t in cluster["Logging"]["ClusterLogging"]["EnabledTypes"]}
+    assert enabled == {"api", "audit", "authenticator", "controllerManager", "scheduler"}
+    (encryption,) = cluster["EncryptionConfig"]
+    assert encryption["Resources"] == ["secrets"]
+    key_id = encryption["Provider"]["KeyArn"]["Fn::GetAtt"][0]
+    assert synth.template["Resources"][key_id]["Properties"]["EnableKeyRotation"] is True
+
+
+def test_endpoint_private_by_default(synth: Synth) -> None:
+    vpc_config = _one(synth, "AWS::EKS::Cluster")["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPrivateAccess"] is True
+    assert vpc_config["EndpointPublicAccess"] is False
+
+
+def test_public_endpoint_only_from_allow_list(synth_variant: Synth) -> None:
+    vpc_config = _one(synth_variant, "AWS::EKS::Cluster")["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPublicAccess"] is True
+    assert vpc_config["PublicAccessCidrs"] == ["203.0.113.0/24"]
+    assert vpc_config["EndpointPrivateAccess"] is True
+
+
+def test_admin_roles_get_cluster_admin_access_entries(synth_variant: Synth) -> None:
+    entries = [
+        e["Properties"] for e in synth_variant.resources("AWS::EKS::AccessEntry").values()
+        if e["Properties"]["PrincipalArn"] == "arn:aws:iam::123456789012:role/platform-admins"
+    ]
+    (entry,) = entries
+    (policy,) = entry["AccessPolicies"]
+    assert policy["AccessScope"] == {"Type": "cluster"}
+    assert "AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
+
+
+def test_control_plane_in_private_subnets(synth: Synth) -> None:
+    subnets = {s["Ref"] for s in _one(synth, "AWS::EKS::Cluster")["ResourcesVpcConfig"]["SubnetIds"]}
+    assert subnets and all("Private" in s for s in subnets)
+
+
+def test_managed_addons_are_pinned(synth: Synth) -> None:
+    addons = {a["Properties"]["AddonName"]: a["Properties"] for a in synth.resources("AWS::EKS::Addon").values()}
+    release = versions.KUBERNETES["1.36"]
+    assert {name: a["AddonVersion"] for name, a in addons.items()} == {
+        **release.addons, "eks-pod-identity-agent": release.pod_identity_agent
+    }
+    for name in release.addons:
+        assert addons[name]["ResolveConflicts"] == "OVERWRITE"
+
+
+def test_system_nodes_on_demand_tainted_al2023(synth: Synth) -> None:
+    nodegroup = _one(synth, "AWS::EKS::Nodegroup")
+    assert nodegroup["CapacityType"] == "ON_DEMAND"
+    assert nodegroup["AmiType"] == "AL2023_x86_64_STANDARD"
+    assert nodegroup["Taints"] == [{"Effect": "NO_SCHEDULE", "Key": "CriticalAddonsOnly", "Value": "true"}]
+    assert nodegroup["ScalingConfig"] == {"DesiredSize": 2, "MaxSize": 4, "MinSize": 2}
+
+
+# --- Karpenter -----------------------------------------------------------------------------
+
+
+def test_interruption_queue_encrypted_and_tls_only(synth: Synth) -> None:
+    queue = _one(synth, "AWS::SQS::Queue")
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["MessageRetentionPeriod"] == 300
+    statements = _one(synth, "AWS::SQS::QueuePolicy")["PolicyDocument"]["Statement"]
+    deny = next(s for s in statements if s["Effect"] == "Deny")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    allow = next(s for s in statements if s.get("Sid") == "AllowEventBridgeAndSqs")
+    assert allow["Action"] == "sqs:SendMessage"
+    assert sorted(allow["Principal"]["Service"]) == ["events.amazonaws.com", "sqs.amazonaws.com"]
+
+
+def test_every_interruption_rule_targets_the_queue(synth: Synth) -> None:
+    rules = synth.resources("AWS::Events::Rule")
+    patterns = [r["Properties"]["EventPattern"] for r in rules.values()]
+    canonical = lambda p: json.dumps(p, sort_keys=True)  # noqa: E731
+    assert sorted(map(canonical, patterns)) == sorted(map(canonical, INTERRUPTION_PATTERNS.values()))
+    queue_id = next(iter(synth.resources("AWS::SQS::Queue")))
+    for rule in rules.values():
+        (target,) = rule["Properties"]["Targets"]
+        assert target["Arn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+
+
+def _managed_policy(synth: Synth, prefix: str) -> list[dict]:
+    (policy,) = [r for k, r in synth.resources("AWS::IAM::ManagedPolicy").items() if k.startswith(prefix)]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+KARPENTER_SIDS = [
+    "AllowScopedEC2InstanceAccessActions", "AllowScopedEC2LaunchTemplateAccessActions",
+    "AllowScopedEC2InstanceActionsWithTags", "AllowScopedResourceCreationTagging", "AllowScopedResourceTagging",
+    "AllowScopedDeletion", "AllowPassingInstanceRole", "AllowScopedInstanceProfileCreationActions",
+    "AllowScopedInstanceProfileTagActions", "AllowScopedInstanceProfileActions", "AllowAPIServerEndpointDiscovery",
+    "AllowInterruptionQueueActions", "AllowZonalShiftStatusReadOnly", "AllowRegionalReadActions",
+    "AllowSSMReadActions", "AllowPricingReadActions", "AllowUnscopedInstanceProfileListAction",
+    "AllowInstanceProfileReadActions",
+]
+
+
+def test_karpenter_controller_policy_is_upstreams(synth: Synth) -> None:
+    statements = _managed_policy(synth, "KarpenterControllerPolicy")
+    assert [s["Sid"] for s in statements] == KARPENTER_SIDS
+    by_sid = {s["Sid"]: s for s in statements}
+    # Mutations are scoped to this cluster's tags.
+    for sid in ("AllowScopedEC2LaunchTemplateAccessActions", "AllowScopedDeletion", "AllowScopedResourceTagging"):
+        assert by_sid[sid]["Condition"]["StringEquals"]["aws:ResourceTag/kubernetes.io/cluster/gennstack"] == "owned"
+    assert by_sid["AllowPassingInstanceRole"]["Resource"]["Fn::GetAtt"][0].startswith("KarpenterNodeRole")
+    # The only unscoped resources are the ones AWS offers no resource-level permission for.
+    unscoped = {s["Sid"] for s in statements if s["Resource"] == "*"}
+    assert unscoped == {
+        "AllowZonalShiftStatusReadOnly", "AllowRegionalReadActions", "AllowPricingReadActions",
+        "AllowUnscopedInstanceProfileListAction",
+    }
+    assert by_sid["AllowRegionalReadActions"]["Condition"] == {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
+
+
+def test_karpenter_role_through_pod_identity(synth: Synth) -> None:
+    associations = {
+        a["Properties"]["ServiceAccount"]: a["Properties"] for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()
+    }
+    assert associations["karpenter"]["Namespace"] == "kube-system"
+    role_id = associations["karpenter"]["RoleArn"]["Fn::GetAtt"][0]
+    trust = synth.template["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert {s["Principal"]["Service"] for s in trust} == {"pods.eks.amazonaws.com"}
+    assert associations["aws-load-balancer-controller"]["Namespace"] == "kube-system"
+
+
+def test_karpenter_node_role_and_access_entry(synth: Synth) -> None:
+    roles = {k: r["Properties"] for k, r in synth.resources("AWS::IAM::Role").items() if k.startswith("KarpenterNodeRole")}
+    (node_role,) = roles.values()
+    policies = sorted(json.dumps(p) for p in node_role["ManagedPolicyArns"])
+    assert len(policies) == 4
+    for name in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryPullOnly", "AmazonSSMManagedInstanceCore"):
+        assert any(name in p for p in policies), name
+    entries = [e["Properties"] for e in synth.resources("AWS::EKS::AccessEntry").values() if e["Properties"].get("Type") == "EC2_LINUX"]
+    (entry,) = entries
+    assert entry["PrincipalArn"] == {"Fn::GetAtt": [next(iter(roles)), "Arn"]}
+    assert "AccessPolicies" not in entry
+
+
+def _charts(synth: Synth) -> dict[str, dict]:
+    return {c["Properties"]["Release"]: c["Properties"] for c in synth.resources("Custom::AWSCDK-EKS-HelmChart").values()}
+
+
+def test_charts_pinned_from_the_versions_module(synth: Synth) -> None:
+    charts = _charts(synth)
+    assert {(c["Chart"], c["Repository"], c["Version"]) for c in charts.values()} == {
+        (c.name, c.repository, c.version) for c in versions.CHARTS
+    }
+
+
+def _values(chart: dict) -> dict:
+    values = chart["Values"]
+    if isinstance(values, dict):  # Fn::Join: tokens (queue name, region, VPC id) sit inside JSON strings
+        values = "".join(part if isinstance(part, str) else "TOKEN" for part in values["Fn::Join"][1])
+    return json.loads(values)
+
+
+def test_karpenter_chart_values(synth: Synth) -> None:
+    charts = _charts(synth)
+    values = _values(charts["karpenter"])
+    assert values["settings"]["clusterName"] == "gennstack"
+    assert values["settings"]["interruptionQueue"] == "TOKEN"
+    assert "KarpenterInterruptionQueue" in json.dumps(charts["karpenter"]["Values"])
+    assert values["replicas"] == 2 and values["podDisruptionBudget"]["maxUnavailable"] == 1
+    assert values["serviceAccount"] == {"create": False, "name": "karpenter"}
+    assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
+
+
+def test_karpenter_crds_install_before_controller_and_node_pools(synth: Synth) -> None:
+    resources = synth.template["Resources"]
+    crd_chart = next(k for k in resources if k.startswith("KarpenterCrdChart"))
+    controller = next(k for k in resources if k.startswith("KarpenterChart"))
+    assert crd_chart in resources[controller]["DependsOn"]
+    node_pools = [k for k, r in resources.items() if k.startswith("NodePools") and r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
+    assert node_pools and all(crd_chart in resources[k]["DependsOn"] for k in node_pools)
+
+
+@pytest.mark.parametrize("chart", ["kuberay-operator", "metrics-server", "aws-load-balancer-controller"])
+def test_controllers_run_on_system_nodes(synth: Synth, chart: str) -> None:
+    values = _values(_charts(synth)[chart])
+    assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
+    assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
+
+
+def test_device_plugins_tolerate_accelerator_taints() -> None:
+    values = chart_values()
+    assert values["nvidia-device-plugin"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert "nvidia" in json.dumps(values["nvidia-device-plugin"]["affinity"])
+    assert values["neuron-helm-chart"]["devicePlugin"]["tolerations"][0]["key"] == "aws.amazon.com/neuron"
+    assert values["neuron-helm-chart"]["scheduler"] == {"enabled": True}
+
+
+def test_node_pool_manifests_in_template(synth: Synth) -> None:
+    manifests = []
+    for key, resource in synth.template["Resources"].items():
+        if key.startswith("NodePools") and resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource":
+            manifest = resource["Properties"]["Manifest"]
+            text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+            manifests.append(text)
+    joined = " ".join(manifests)
+    for name in ("gen1-inf2", "gen2-trn2", "gen3-g6e", "general"):
+        assert name in joined
+    assert versions.AL2023_AMI_ALIAS in joined
+
+
+def test_iam_wildcards_only_where_acknowledged(synth: Synth) -> None:
+    """No IAM statement grants `*` resources outside the policies whose wildcards cdk-nag acknowledges."""
+    allowed_prefixes = ("KarpenterControllerPolicy", "LoadBalancerControllerPolicy", "CustomVpcRestrictDefaultSG")
+    for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        for logical_id, policy in synth.resources(kind).items():
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                if statement.get("Resource") == "*":
+                    assert logical_id.startswith(allowed_prefixes), (logical_id, statement)
+    Template.from_json(synth.template)  # the template parses as CloudFormation
