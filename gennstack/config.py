@@ -26,6 +26,8 @@ from gennstack.instances import INSTANCE_TYPES, family
 
 __all__ = [
     "ConfigError",
+    "FieldError",
+    "StrictModel",
     "GENERATION_NAMES",
     "GenNStackConfig",
     "GenerationConfig",
@@ -72,13 +74,13 @@ _INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
-class _Strict(BaseModel):
-    """Frozen, strict (no type coercion), and unknown keys are errors."""
+class StrictModel(BaseModel):
+    """Frozen, strict (no type coercion), and unknown keys are errors. Base of every config section."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
-class NetworkConfig(_Strict):
+class NetworkConfig(StrictModel):
     """The VPC: address space, zones, egress and private endpoints."""
 
     vpc_cidr: str = "10.0.0.0/16"
@@ -118,9 +120,9 @@ class NetworkConfig(_Strict):
     @model_validator(mode="after")
     def _fits(self) -> NetworkConfig:
         if self.nat_gateways > self.az_count:
-            raise _KeyError("nat_gateways", self.nat_gateways, f"at most az_count ({self.az_count})")
+            raise FieldError("nat_gateways", self.nat_gateways, f"at most az_count ({self.az_count})")
         if self.availability_zones is not None and len(self.availability_zones) != self.az_count:
-            raise _KeyError(
+            raise FieldError(
                 "availability_zones",
                 list(self.availability_zones),
                 f"exactly az_count ({self.az_count}) zone names, or null to pick them from Fn::GetAZs",
@@ -128,7 +130,7 @@ class NetworkConfig(_Strict):
         vpc = ipaddress.IPv4Network(self.vpc_cidr)
         needed = self.az_count * (2 ** (32 - self.public_subnet_mask) + 2 ** (32 - self.private_subnet_mask))
         if needed > vpc.num_addresses:
-            raise _KeyError(
+            raise FieldError(
                 "private_subnet_mask",
                 self.private_subnet_mask,
                 f"subnets that fit in vpc_cidr {self.vpc_cidr} ({vpc.num_addresses} addresses): "
@@ -138,7 +140,7 @@ class NetworkConfig(_Strict):
         return self
 
 
-class StorageConfig(_Strict):
+class StorageConfig(StrictModel):
     """Model weights, Neuron compile cache and access-log buckets."""
 
     # retain: buckets (and their KMS key) stay when the stack is deleted. destroy: they are
@@ -161,7 +163,7 @@ class StorageConfig(_Strict):
         return value
 
 
-class GenerationConfig(_Strict):
+class GenerationConfig(StrictModel):
     """One accelerator generation: the model it serves and the capacity it may use.
 
     The compute and serving layers read these; the foundation validates them so a typo
@@ -222,7 +224,7 @@ _GENERATION_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-class GenerationsConfig(_Strict):
+class GenerationsConfig(StrictModel):
     """The three generations, by the instance family they run on."""
 
     inf2: GenerationConfig = GenerationConfig(**_GENERATION_DEFAULTS["inf2"])
@@ -236,7 +238,7 @@ class GenerationsConfig(_Strict):
         if isinstance(data, Mapping):
             unknown = [key for key in data if key not in _GENERATION_DEFAULTS]
             if unknown:
-                raise _KeyError(unknown[0], data[unknown[0]], f"a generation name, one of {list(GENERATION_NAMES)}")
+                raise FieldError(unknown[0], data[unknown[0]], f"a generation name, one of {list(GENERATION_NAMES)}")
             return {
                 name: {**_GENERATION_DEFAULTS[name], **value} if isinstance(value, Mapping) else value
                 for name, value in data.items()
@@ -250,9 +252,9 @@ class GenerationsConfig(_Strict):
             allowed = sorted(t for t in INSTANCE_TYPES if family(t) == _FAMILIES[name])
             for instance_type in generation.instance_types:
                 if instance_type not in allowed:
-                    raise _KeyError(f"{name}.instance_types", instance_type, f"one of {allowed}")
+                    raise FieldError(f"{name}.instance_types", instance_type, f"one of {allowed}")
             if len(set(generation.instance_types)) != len(generation.instance_types):
-                raise _KeyError(f"{name}.instance_types", list(generation.instance_types), "each type at most once")
+                raise FieldError(f"{name}.instance_types", list(generation.instance_types), "each type at most once")
         return self
 
     def enabled(self) -> dict[str, GenerationConfig]:
@@ -260,7 +262,7 @@ class GenerationsConfig(_Strict):
         return {name: gen for name in GENERATION_NAMES if (gen := getattr(self, name)).enabled}
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(StrictModel):
     """The EKS control plane and the small on-demand node group for system pods."""
 
     # Only versions whose kubectl layer package is installed (see gennstack.versions).
@@ -307,11 +309,11 @@ class ClusterConfig(_Strict):
     @model_validator(mode="after")
     def _sizes(self) -> ClusterConfig:
         if self.system_nodes_max < self.system_nodes_min:
-            raise _KeyError("system_nodes_max", self.system_nodes_max, f"at least system_nodes_min ({self.system_nodes_min})")
+            raise FieldError("system_nodes_max", self.system_nodes_max, f"at least system_nodes_min ({self.system_nodes_min})")
         return self
 
 
-class GenNStackConfig(_Strict):
+class GenNStackConfig(StrictModel):
     """Everything that shapes the ``GenNStack`` stack."""
 
     # null account/region: an environment-agnostic stack (deployable to any account/region).
@@ -360,19 +362,22 @@ class GenNStackConfig(_Strict):
         zones = self.network.availability_zones
         if zones is not None:
             if self.region is None:
-                raise _KeyError(
+                raise FieldError(
                     "network.availability_zones", list(zones), "null unless region is set (zone names are per region)"
                 )
             wrong = [zone for zone in zones if not re.fullmatch(re.escape(self.region) + r"[a-z]", zone)]
             if wrong:
-                raise _KeyError("network.availability_zones", wrong, f"zone names of region {self.region}, like {self.region}a")
+                raise FieldError("network.availability_zones", wrong, f"zone names of region {self.region}, like {self.region}a")
         if not self.generations.enabled():
-            raise _KeyError("generations", "all disabled", "at least one enabled generation")
+            raise FieldError("generations", "all disabled", "at least one enabled generation")
         return self
 
 
-class _KeyError(ValueError):
-    """A cross-field error that knows its key (relative to the model that raised it)."""
+class FieldError(ValueError):
+    """A cross-field error that knows its key (relative to the model that raised it).
+
+    Raise it from a ``model_validator(mode="after")``; the message then names the full key path.
+    """
 
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         super().__init__(f"{key}: got {value!r}; allowed: {allowed}")
@@ -419,7 +424,7 @@ def _format_errors(error: ValidationError, data: Mapping[str, Any]) -> str:
     for item in error.errors(include_url=False):
         loc = [str(part) for part in item["loc"]]
         ctx_error = (item.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, _KeyError):
+        if isinstance(ctx_error, FieldError):
             key = ".".join([*loc, ctx_error.key]) if loc else ctx_error.key
             lines.append(f"  {key}: got {ctx_error.value!r}; allowed: {ctx_error.allowed}")
             continue
