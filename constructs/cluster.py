@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, CfnResource, Validations
+from aws_cdk import Acknowledgment, Aws, CfnResource, RemovalPolicy, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
 from gennstack import versions
@@ -17,6 +19,20 @@ SYSTEM_LABEL = {"gennstack.io/pool": "system"}
 SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
 SYSTEM_TOLERATIONS = [{"key": SYSTEM_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
 SYSTEM_NODE_SELECTOR = dict(SYSTEM_LABEL)
+
+# The CloudWatch Logs retention periods config may name, by days.
+_RETENTION = {
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    731: logs.RetentionDays.TWO_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
 
 _LOG_TYPES = [
     eks.ClusterLoggingTypes.API,
@@ -53,7 +69,36 @@ class Cluster(Construct):
         super().__init__(scope, construct_id)
         version = versions.KUBERNETES[config.kubernetes_version]
         self.secrets_key = kms.Key(
-            self, "SecretsKey", description=f"EKS secrets envelope encryption ({cluster_name})", enable_key_rotation=True
+            self,
+            "SecretsKey",
+            description=f"EKS secrets envelope encryption and control-plane logs ({cluster_name})",
+            enable_key_rotation=True,
+        )
+        # EKS writes control-plane logs to this group; created here so it has a retention period
+        # and encryption (EKS would create it without either). It goes with the stack.
+        log_group_name = f"/aws/eks/{cluster_name}/cluster"
+        self.secrets_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowControlPlaneLogs",
+                principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],
+                conditions={
+                    "ArnEquals": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{log_group_name}"
+                        )
+                    }
+                },
+            )
+        )
+        self.log_group = logs.LogGroup(
+            self,
+            "ControlPlaneLogs",
+            log_group_name=log_group_name,
+            retention=_RETENTION[config.control_plane_log_retention_days],
+            encryption_key=self.secrets_key,
+            removal_policy=RemovalPolicy.DESTROY,
         )
         endpoint = (
             eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*config.public_endpoint_cidrs)
@@ -76,6 +121,7 @@ class Cluster(Construct):
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=version.kubectl_layer(self, "KubectlLayer")),
             output_config_command=False,
         )
+        self.cluster.node.add_dependency(self.log_group)
 
         # Managed add-ons, pinned; they take over the self-managed defaults EKS bootstraps
         # (OVERWRITE), so an add-on update never fights leftover configuration.

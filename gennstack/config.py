@@ -275,6 +275,8 @@ class ClusterConfig(StrictModel):
     system_node_instance_types: tuple[str, ...] = ("m7i.large", "m6i.large", "m7a.large")
     system_nodes_min: Annotated[int, Field(ge=2, le=10)] = 2
     system_nodes_max: Annotated[int, Field(ge=2, le=20)] = 4
+    # Days CloudWatch keeps EKS control-plane logs (a CloudWatch Logs retention period).
+    control_plane_log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = 90
     # vCPU limit of Karpenter's general-purpose (CPU) NodePool.
     general_pool_max_vcpu: Annotated[int, Field(ge=0, le=1000)] = 64
 

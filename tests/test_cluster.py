@@ -54,6 +54,20 @@ def test_control_plane_logging_and_secrets_encryption(synth: Synth) -> None:
     assert synth.template["Resources"][key_id]["Properties"]["EnableKeyRotation"] is True
 
 
+def test_control_plane_log_group_has_retention_and_encryption(synth: Synth) -> None:
+    groups = {
+        k: g for k, g in synth.resources("AWS::Logs::LogGroup").items()
+        if g["Properties"].get("LogGroupName") == "/aws/eks/gennstack/cluster"
+    }
+    ((log_group_id, group),) = groups.items()
+    assert group["Properties"]["RetentionInDays"] == 90
+    key_id = group["Properties"]["KmsKeyId"]["Fn::GetAtt"][0]
+    cluster_key = _one(synth, "AWS::EKS::Cluster")["EncryptionConfig"][0]["Provider"]["KeyArn"]["Fn::GetAtt"][0]
+    assert key_id == cluster_key
+    cluster_id = next(iter(synth.resources("AWS::EKS::Cluster")))
+    assert log_group_id in synth.template["Resources"][cluster_id]["DependsOn"]
+
+
 def test_endpoint_private_by_default(synth: Synth) -> None:
     vpc_config = _one(synth, "AWS::EKS::Cluster")["ResourcesVpcConfig"]
     assert vpc_config["EndpointPrivateAccess"] is True

@@ -27,6 +27,10 @@ from gennstack.bench.config import BenchConfig, Distribution
 from gennstack.bench.metrics import summarize_level
 from gennstack.bench.runner import run_level
 
+# Timing-sensitive: `make test` runs these alone, after the parallel phase, so no other test
+# competes for the two cores while latencies are measured.
+pytestmark = pytest.mark.timing
+
 TTFT_ABS_S, TTFT_REL = 0.010, 0.10
 REL = 0.05
 
