@@ -29,7 +29,9 @@ help:
 	@echo "make destroy  cdk destroy GenNStack (retained buckets stay; see README)"
 	@echo "make clean    remove cdk.out and the local environments"
 
-setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed
+LAYER := build/lambda-layer
+
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed build/.lambda-layer.built
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
@@ -42,6 +44,16 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
 	test -d $(CHECKOV_VENV) || $(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
+# The Lambda functions' layer (Powertools + pydantic): pinned manylinux wheels for Python 3.14 on
+# x86_64, installed without dependency resolution or bytecode, so every machine builds the same
+# files and the asset hash, and the template, stay the same. No Docker needed.
+build/.lambda-layer.built: lambdas/layer-requirements.txt $(VENV)/.installed
+	rm -rf $(LAYER)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile --no-deps --only-binary=:all: \
+		--platform manylinux2014_x86_64 --implementation cp --python-version 3.14 \
+		--target $(LAYER)/python -r lambdas/layer-requirements.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -68,4 +80,4 @@ destroy: setup
 	npx cdk destroy GenNStack
 
 clean:
-	rm -rf cdk.out $(VENV) $(CHECKOV_VENV) node_modules *.egg-info
+	rm -rf cdk.out build $(VENV) $(CHECKOV_VENV) node_modules *.egg-info

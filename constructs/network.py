@@ -24,6 +24,7 @@ class Network(Construct):
       Balancer Controller by ``kubernetes.io/role/elb`` (public) and ``kubernetes.io/role/internal-elb``
       (private);
     - an S3 gateway endpoint is free and keeps model pulls on AWS's network (no NAT data charge);
+      so is the DynamoDB one;
     - spot capacity is per zone, so more zones means fewer simultaneous interruptions.
     Zones come from the stack's ``availability_zones`` (``GenNStack`` supplies ``az_count`` of them).
     """
@@ -78,6 +79,10 @@ class Network(Construct):
 
         self.s3_endpoint = self.vpc.add_gateway_endpoint(
             "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3
+        )
+        # Free as well: the interruption handler's table is reached without NAT.
+        self.dynamodb_endpoint = self.vpc.add_gateway_endpoint(
+            "DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB
         )
         # One security group for every interface endpoint: HTTPS from inside the VPC only. The
         # literal CIDR (not the VPC's CidrBlock attribute) lets cdk-nag evaluate the rule.

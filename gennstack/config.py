@@ -22,7 +22,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, StrictModel
 from gennstack.instances import INSTANCE_TYPES, family
+from gennstack.serving.config import ServingConfig
 
 __all__ = [
     "ConfigError",
@@ -36,10 +38,6 @@ __all__ = [
     "StorageConfig",
     "load_config",
 ]
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid. The message says which key, what value, and what is allowed."""
 
 
 # Interface endpoints GenNStack knows how to create, by the service name used in config.
@@ -63,7 +61,6 @@ INTERFACE_ENDPOINTS: dict[str, str] = {
     "monitoring": "monitoring",
 }
 
-GENERATION_NAMES: tuple[str, ...] = ("inf2", "trn2", "g6e")
 
 _ACCOUNT_RE = re.compile(r"^\d{12}$")
 _REGION_RE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
@@ -72,12 +69,6 @@ _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]
 _ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-class StrictModel(BaseModel):
-    """Frozen, strict (no type coercion), and unknown keys are errors. Base of every config section."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class NetworkConfig(StrictModel):
@@ -315,6 +306,24 @@ class ClusterConfig(StrictModel):
         return self
 
 
+class InterruptionConfig(StrictModel):
+    """The spot-interruption handler that pre-warms replacement capacity (lambdas/interruption_handler)."""
+
+    # Upper bound on each generation's warm spares, whatever the number of interruptions: a
+    # zone-wide spot reclaim must not launch a fleet of accelerator nodes.
+    warm_spare_cap: Annotated[int, Field(ge=0, le=20)] = 2
+    # An interruption counts as active this long after it was recorded.
+    record_ttl_seconds: Annotated[int, Field(ge=300, le=86400)] = 1800
+    # Once its instance is gone, an interruption stays active this long, while the replacement loads.
+    replacement_grace_seconds: Annotated[int, Field(ge=0, le=7200)] = 900
+    # How often the reconciler runs (EventBridge schedule).
+    reconcile_every_minutes: Annotated[int, Field(ge=1, le=2)] = 1
+    # EventBridge retries delivery this often and drops (to the dead-letter queue) events older
+    # than this: a spot warning is useless after its two minutes, a rebalance a little later.
+    retry_attempts: Annotated[int, Field(ge=0, le=10)] = 4
+    max_event_age_seconds: Annotated[int, Field(ge=60, le=3600)] = 600
+
+
 class GenNStackConfig(StrictModel):
     """Everything that shapes the ``GenNStack`` stack."""
 
@@ -327,6 +336,9 @@ class GenNStackConfig(StrictModel):
     network: NetworkConfig = NetworkConfig()
     storage: StorageConfig = StorageConfig()
     generations: GenerationsConfig = GenerationsConfig()
+    interruptions: InterruptionConfig = InterruptionConfig()
+    # The model servers (gennstack.serving.config; docs/serving.md).
+    serving: ServingConfig = ServingConfig()
 
     @field_validator("account")
     @classmethod
@@ -372,18 +384,10 @@ class GenNStackConfig(StrictModel):
                 raise FieldError("network.availability_zones", wrong, f"zone names of region {self.region}, like {self.region}a")
         if not self.generations.enabled():
             raise FieldError("generations", "all disabled", "at least one enabled generation")
+        from gennstack.serving.values import check_fits  # imports this module: load at call time
+
+        check_fits(self.generations, self.serving)
         return self
-
-
-class FieldError(ValueError):
-    """A cross-field error that knows its key (relative to the model that raised it).
-
-    Raise it from a ``model_validator(mode="after")``; the message then names the full key path.
-    """
-
-    def __init__(self, key: str, value: Any, allowed: str) -> None:
-        super().__init__(f"{key}: got {value!r}; allowed: {allowed}")
-        self.key, self.value, self.allowed = key, value, allowed
 
 
 def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -426,6 +430,9 @@ def _format_errors(error: ValidationError, data: Mapping[str, Any]) -> str:
     for item in error.errors(include_url=False):
         loc = [str(part) for part in item["loc"]]
         ctx_error = (item.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, ConfigError):  # a message that already names key, value and what is allowed
+            lines.append(f"  {ctx_error}")
+            continue
         if isinstance(ctx_error, FieldError):
             key = ".".join([*loc, ctx_error.key]) if loc else ctx_error.key
             lines.append(f"  {key}: got {ctx_error.value!r}; allowed: {ctx_error.allowed}")

@@ -60,7 +60,7 @@ def mermaid(template: dict[str, Any]) -> str:
     clusters = [r["Properties"] for r in resources.values() if r.get("Type") == "AWS::EKS::Cluster"]
     if clusters:
         charts = {
-            r["Properties"]["Chart"]: r["Properties"].get("Version")
+            r["Properties"].get("Chart") or r["Properties"].get("Release"): r["Properties"].get("Version")
             for r in resources.values()
             if r.get("Type") == "Custom::AWSCDK-EKS-HelmChart"
         }
@@ -77,10 +77,15 @@ def mermaid(template: dict[str, Any]) -> str:
             fallback = " + on-demand fallback" if f"{name}-on-demand" in names else ""
             node = "POOL_" + re.sub(r"[^A-Za-z0-9]", "_", name)
             model = next(
-                (g.get("model_id") for g_name, g in config.get("generations", {}).items() if name.endswith(g_name)), "?"
+                (
+                    config.get("serving", {}).get(g_name, {}).get("served_model_name", g.get("model_id"))
+                    for g_name, g in config.get("generations", {}).items()
+                    if name.endswith(g_name)
+                ),
+                "?",
             )
             lines.append(
-                f'    {node}["NodePool {name}<br/>for {model}<br/>'
+                f'    {node}["NodePool {name}<br/>serves {model}<br/>'
                 f'{", ".join(requirements.get("node.kubernetes.io/instance-type", []))}<br/>spot{fallback}"]'
             )
             lines.append(f"    KARP --> {node}")
@@ -90,6 +95,12 @@ def mermaid(template: dict[str, Any]) -> str:
             "  SQS --> KARP",
             "  EKS -.->|nodes and pods| PRIV",
         ]
+        if any(k.startswith("InterruptionHandlerFunction") for k in resources):
+            lines += [
+                '  EB --> IH["interruption handler (Lambda)"]',
+                "  IH -->|scales warm spares| EKS",
+                '  IH --> DDB[("interruption records")]',
+            ]
     else:
         for name, generation in config.get("generations", {}).items():
             if generation.get("enabled"):

@@ -112,7 +112,7 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
                 f"{scaling.get('MinSize')}-{scaling.get('MaxSize')} nodes, labels {ng.get('Labels', {})}"
             )
         charts = sorted(
-            f"{c['Properties']['Chart']} {c['Properties'].get('Version')}"
+            f"{c['Properties'].get('Chart') or c['Properties'].get('Release')} {c['Properties'].get('Version', '(this repo)')}"
             for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")
         )
         lines.append(f"    Helm charts: {', '.join(charts)}")
@@ -126,13 +126,23 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"({'/'.join(requirements.get('karpenter.sh/capacity-type', []))}, weight {spec.get('weight')}; limits {limits})"
         )
 
+    serving = config.get("serving", {})
+    has_serving_chart = any(
+        c["Properties"].get("Release") == "gennstack-serving" for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")
+    )
     for gen_name, generation in config.get("generations", {}).items():
         if not generation.get("enabled"):
             lines.append(f"  Generation {gen_name}: disabled")
             continue
+        section = serving.get(gen_name, {})
+        if "min_replicas" in section:
+            replicas = f"{section['min_replicas']}-{section['max_replicas']} replicas (Ray Serve autoscaling)"
+        else:
+            replicas = f"{section.get('replicas', '?')} replica(s)"
+        where = f"serves {section.get('served_model_name', '?')}, {replicas}" if has_serving_chart else "not served by this stack"
         lines.append(
-            f"  Generation {gen_name}: model {generation.get('model_id')} @ {generation.get('model_revision')} "
-            "[serving: not in this stack yet]"
+            f"  Generation {gen_name}: {generation.get('model_id')} @ {generation.get('model_revision')}: {where}, "
+            f"{section.get('warm_spare_replicas', 0)} warm spare(s)"
         )
     return lines
 

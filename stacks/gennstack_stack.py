@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Fn, Stack, Tags
+from aws_cdk import CfnOutput, Fn, Stack, Tags
 
 from constructs import Construct  # the library; the repo's constructs/ folder merges into it
 from constructs.access_logs import AccessLogBucket
 from constructs.cluster import Cluster
+from constructs.interruption_handler import InterruptionHandler
 from constructs.karpenter import Karpenter
 from constructs.load_balancer_controller import LoadBalancerController
 from constructs.model_storage import ModelStorage
 from constructs.network import Network
 from constructs.node_pools import NodePools
 from constructs.operators import Operators
+from constructs.serving import Serving
 from gennstack.config import GenNStackConfig
 from gennstack.summary import CONFIG_METADATA_KEY
 
@@ -35,7 +37,7 @@ class GenNStack(Stack):
         self.config = config
         # The resolved config, recorded in the template: an audit trail of what was deployed,
         # and what `gennstack summary` reads.
-        self.template_options.metadata = {CONFIG_METADATA_KEY: config.model_dump(mode="json")}
+        self.template_options.metadata = {CONFIG_METADATA_KEY: _template_safe(config.model_dump(mode="json"))}
         for key, value in sorted(config.tags.items()):
             Tags.of(self).add(key, value)
 
@@ -68,9 +70,44 @@ class GenNStack(Stack):
             vpc_id=self.network.vpc.vpc_id,
         )
         self.operators = Operators(self, "Operators", cluster=self.cluster.cluster)
+        self.serving = Serving(self, "Serving", cluster=self.cluster.cluster, config=config, storage=self.model_storage)
+        # RayService needs KubeRay's CRDs; pods need the device plugins and the node pools.
+        self.serving.chart.node.add_dependency(self.operators, self.node_pools)
+        self.interruption_handler = InterruptionHandler(
+            self,
+            "InterruptionHandler",
+            cluster=self.cluster.cluster,
+            config=config,
+            vpc=self.network.vpc,
+            private_subnets=self.network.private_subnets,
+            namespace=config.serving.namespace,
+            baselines={name: config.serving.model_dump()[name]["warm_spare_replicas"] for name in config.generations.enabled()},
+        )
+        # Its Role lives in the serving namespace, which the serving chart creates.
+        self.interruption_handler.rbac.node.add_dependency(self.serving.chart)
+
+        for output_id, value, description in (
+            ("ClusterName", self.cluster.cluster.cluster_name, "EKS cluster (aws eks update-kubeconfig --name ...)"),
+            ("ModelsBucketName", self.model_storage.models_bucket.bucket_name, "Model weights bucket"),
+            ("CompileCacheBucketName", self.model_storage.compile_cache_bucket.bucket_name, "Neuron compile cache"),
+            ("HuggingFaceTokenSecretArn", self.serving.hf_token.secret_arn, "Put the Hugging Face token here"),
+            ("InterruptionDeadLetterQueueUrl", self.interruption_handler.dead_letter_queue.queue_url, "Failed events"),
+        ):
+            CfnOutput(self, output_id, value=value, description=description)
 
     @property
     def availability_zones(self) -> list[str]:
         if self._zone_names is not None:
             return list(self._zone_names)
         return [Fn.select(index, Fn.get_azs()) for index in range(self._az_count)]
+
+
+def _template_safe(value: Any) -> Any:
+    """CloudFormation metadata holds no floats (cfn-lint E4002): write them as strings."""
+    if isinstance(value, float):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _template_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_template_safe(item) for item in value]
+    return value

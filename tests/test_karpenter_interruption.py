@@ -5,16 +5,10 @@ The matching is EventBridge's semantics as moto implements them (rule -> SQS tar
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import boto3
 import pytest
-from moto import mock_aws
 
 from constructs.karpenter_interruption import INTERRUPTION_PATTERNS
-
-EVENTS = Path(__file__).parent / "events"
+from tests.eventbridge import delivered, sample
 SAMPLES = {
     "SpotInterruptionRule": "ec2-spot-instance-interruption-warning.json",
     "RebalanceRule": "ec2-instance-rebalance-recommendation.json",
@@ -32,43 +26,18 @@ NEAR_MISSES = {
 }
 
 
-def _delivered(pattern: dict, event: dict) -> int:
-    """How many messages EventBridge delivers to a queue behind a rule with ``pattern``."""
-    with mock_aws():
-        events = boto3.client("events", region_name="us-east-2")
-        sqs = boto3.client("sqs", region_name="us-east-2")
-        queue_url = sqs.create_queue(QueueName="karpenter")["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        events.put_rule(Name="rule", EventPattern=json.dumps(pattern))
-        events.put_targets(Rule="rule", Targets=[{"Id": "queue", "Arn": queue_arn}])
-        result = events.put_events(
-            Entries=[
-                {
-                    "Source": event["source"],
-                    "DetailType": event["detail-type"],
-                    "Detail": json.dumps(event["detail"]),
-                    "Resources": event["resources"],
-                }
-            ]
-        )
-        assert result["FailedEntryCount"] == 0
-        return len(sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", []))
-
-
 def test_every_rule_has_a_sample() -> None:
     assert set(INTERRUPTION_PATTERNS) == set(SAMPLES) == set(NEAR_MISSES)
 
 
 @pytest.mark.parametrize("rule_id", sorted(SAMPLES))
 def test_pattern_matches_documented_event(rule_id: str) -> None:
-    event = json.loads((EVENTS / SAMPLES[rule_id]).read_text())
-    assert _delivered(INTERRUPTION_PATTERNS[rule_id], event) == 1
+    assert delivered(INTERRUPTION_PATTERNS[rule_id], sample(SAMPLES[rule_id])) == 1
 
 
 @pytest.mark.parametrize("rule_id", sorted(NEAR_MISSES))
 def test_pattern_rejects_near_miss(rule_id: str) -> None:
-    event = {**json.loads((EVENTS / SAMPLES[rule_id]).read_text()), **NEAR_MISSES[rule_id]}
-    assert _delivered(INTERRUPTION_PATTERNS[rule_id], event) == 0
+    assert delivered(INTERRUPTION_PATTERNS[rule_id], sample(SAMPLES[rule_id], **NEAR_MISSES[rule_id])) == 0
 
 
 def test_detail_types_are_spelled_as_aws_emits_them() -> None:

@@ -67,10 +67,11 @@ def test_s3_gateway_endpoint_on_private_route_tables(synth: Synth) -> None:
 
 def test_interface_endpoints_default_set_private_and_https_only(synth: Synth) -> None:
     endpoints = _endpoint_services(synth)
-    assert set(endpoints) == {"s3", "ecr.api", "ecr.dkr", "sts", "sqs", "ec2", "logs"}
+    assert set(endpoints) == {"s3", "dynamodb", "ecr.api", "ecr.dkr", "sts", "sqs", "ec2", "logs"}
     private_subnets = {k for k, v in synth.resources("AWS::EC2::Subnet").items() if _tags(v)["aws-cdk:subnet-type"] == "Private"}
     for name, endpoint in endpoints.items():
-        if name == "s3":
+        if name in ("s3", "dynamodb"):
+            assert endpoint["Properties"]["VpcEndpointType"] == "Gateway"
             continue
         assert endpoint["Properties"]["PrivateDnsEnabled"] is True
         assert {ref["Ref"] for ref in endpoint["Properties"]["SubnetIds"]} == private_subnets
@@ -84,7 +85,7 @@ def test_interface_endpoints_default_set_private_and_https_only(synth: Synth) ->
 
 
 def test_interface_endpoints_follow_config(synth_variant: Synth) -> None:
-    assert set(_endpoint_services(synth_variant)) == {"s3", "ecr.api", "ecr.dkr", "sts", "eks-auth", "ssm"}
+    assert set(_endpoint_services(synth_variant)) == {"s3", "dynamodb", "ecr.api", "ecr.dkr", "sts", "eks-auth", "ssm"}
 
 
 def test_endpoint_ids_do_not_depend_on_list_position(synth: Synth, synth_variant: Synth) -> None:

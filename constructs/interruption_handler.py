@@ -1,0 +1,302 @@
+"""The spot-interruption handler: Lambda functions that pre-warm replacement capacity.
+
+The function code is ``lambdas/interruption_handler`` (see its README for the logic and what it
+relies on); this construct gives it its triggers, table, dead-letter queue, network path and its
+narrow access to the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+
+from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from gennstack.config import GenNStackConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+FUNCTION_SOURCE = ROOT / "lambdas"
+LAYER_DIR = ROOT / "build" / "lambda-layer"
+KUBERNETES_GROUP = "gennstack:warm-spare-scalers"
+
+# The handler's own rules on the default bus (never Karpenter's queue: Karpenter deletes what
+# it reads). Detail-types spelled exactly as AWS emits them; tests/test_interruption_handler_stack.py
+# checks each against AWS's documented sample event and a near miss.
+HANDLER_PATTERNS: dict[str, dict[str, Any]] = {
+    "RebalanceRule": {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
+    "SpotWarningRule": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
+    "ScheduledChangeRule": {
+        "source": ["aws.health"],
+        "detail-type": ["AWS Health Event"],
+        "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+    },
+    "TerminalStateRule": {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance State-change Notification"],
+        "detail": {"state": ["shutting-down", "terminated", "stopping", "stopped"]},
+    },
+}
+
+
+def warm_spares(config: GenNStackConfig, *, namespace: str, baselines: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """``WARM_SPARES``: each enabled generation's spot NodePool -> its warm-spare Deployment and bounds."""
+    from constructs.node_pools import POOL_NAMES
+
+    cap = config.interruptions.warm_spare_cap
+    return {
+        POOL_NAMES[name]: {
+            "generation": name,
+            "namespace": namespace,
+            "deployment": f"{POOL_NAMES[name]}-warm-spare",
+            "baseline": min(baselines.get(name, 0), cap),
+            "cap": cap,
+        }
+        for name in config.generations.enabled()
+    }
+
+
+def rbac_manifests(*, namespace: str, deployments: list[str]) -> list[dict[str, Any]]:
+    """Get and patch the scale of the warm-spare Deployments, nothing else, for the handler's group."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "warm-spare-scaler", "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["apps"],
+                    "resources": ["deployments/scale"],
+                    "resourceNames": sorted(deployments),
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "warm-spare-scaler", "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "warm-spare-scaler"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}],
+        },
+    ]
+
+
+class InterruptionHandler(Construct):
+    """EventBridge -> Lambda (in the VPC) -> DynamoDB + the Kubernetes API, with retries and a DLQ.
+
+    Relies on: spot interruption warnings arrive about two minutes ahead and are best-effort;
+    rebalance recommendations come earlier and Karpenter ignores them; EventBridge invokes Lambda
+    asynchronously, so a failed invocation is retried by Lambda and then dead-lettered, while
+    a failed delivery is retried by EventBridge and then dead-lettered; both land in one queue
+    with an alarm.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        config: GenNStackConfig,
+        vpc: ec2.IVpc,
+        private_subnets: ec2.SubnetSelection,
+        namespace: str,
+        baselines: dict[str, int],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        settings = config.interruptions
+        spares = warm_spares(config, namespace=namespace, baselines=baselines)
+
+        self.table = dynamodb.TableV2(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name="pk", type=dynamodb.AttributeType.STRING),
+            time_to_live_attribute="expires_at",
+            billing=dynamodb.Billing.on_demand(),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            # Interruption records live minutes; nothing to keep when the stack goes.
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        Validations.of(self.dead_letter_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason="This is the dead-letter queue of the interruption handler; its own alarm fires on the "
+                "first message, and a dead-letter queue of a dead-letter queue would hide nothing more.",
+            )
+        )
+        self.alarm = cloudwatch.Alarm(
+            self,
+            "DeadLetterAlarm",
+            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(1), statistic="Maximum"
+            ),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="An interruption event or reconcile run failed after all retries; see the "
+            "dead-letter queue and the handler's logs.",
+        )
+
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="Interruption handler: HTTPS out to the EKS API, AWS APIs and endpoints",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to EKS and AWS APIs")
+        cluster.connections.allow_from(self.security_group, ec2.Port.tcp(443), "Interruption handler to the EKS API")
+
+        if not (LAYER_DIR / "python").is_dir():
+            raise FileNotFoundError(
+                f"{LAYER_DIR} is missing: run `make setup` (it builds the Lambda layer from lambdas/layer-requirements.txt)"
+            )
+        self.layer = lambda_.LayerVersion(
+            self,
+            "PowertoolsLayer",
+            code=lambda_.Code.from_asset(str(LAYER_DIR)),
+            compatible_runtimes=[lambda_.Runtime.PYTHON_3_14],
+            compatible_architectures=[lambda_.Architecture.X86_64],
+            description="Powertools for AWS Lambda (Python) 3.37.0 with pydantic (lambdas/layer-requirements.txt)",
+        )
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=logs.RetentionDays.ONE_MONTH, removal_policy=RemovalPolicy.DESTROY
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            architecture=lambda_.Architecture.X86_64,
+            handler="interruption_handler.handler.lambda_handler",
+            code=lambda_.Code.from_asset(
+                str(FUNCTION_SOURCE),
+                exclude=["**/__pycache__", "**/*.pyc", "**/README.md", "layer-requirements.txt", ".*"],
+            ),
+            layers=[self.layer],
+            memory_size=256,
+            timeout=Duration.seconds(60),
+            reserved_concurrent_executions=10,
+            vpc=vpc,
+            vpc_subnets=private_subnets,
+            security_groups=[self.security_group],
+            log_group=self.log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+            dead_letter_queue=self.dead_letter_queue,
+            retry_attempts=2,
+            max_event_age=Duration.seconds(settings.max_event_age_seconds),
+            environment={
+                "CLUSTER_NAME": config.cluster_name,
+                "CLUSTER_ENDPOINT": cluster.cluster_endpoint,
+                "CLUSTER_CA": cluster.cluster_certificate_authority_data,
+                "TABLE_NAME": self.table.table_name,
+                "WARM_SPARES": json.dumps(spares, sort_keys=True),
+                "RECORD_TTL_SECONDS": str(settings.record_ttl_seconds),
+                "REPLACEMENT_GRACE_SECONDS": str(settings.replacement_grace_seconds),
+                "POWERTOOLS_SERVICE_NAME": "interruption-handler",
+                "POWERTOOLS_METRICS_NAMESPACE": "GenNStack",
+                "LOG_LEVEL": "INFO",
+            },
+            description="GenNStack: pre-warms replacement capacity on spot interruption signals",
+        )
+        self.errors_alarm = cloudwatch.Alarm(
+            self,
+            "ErrorsAlarm",
+            metric=self.function.metric_errors(period=Duration.minutes(5), statistic="Sum"),
+            threshold=0,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="The interruption handler failed (it retries; the dead-letter alarm fires when "
+            "retries are exhausted). Its logs name the reason.",
+        )
+        self.table.grant_read_write_data(self.function)
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=["ec2:DescribeInstances"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": Aws.REGION}},
+            )
+        )
+
+        self.rules: dict[str, events.Rule] = {}
+        target = targets.LambdaFunction(
+            self.function,
+            retry_attempts=settings.retry_attempts,
+            max_event_age=Duration.seconds(settings.max_event_age_seconds),
+            dead_letter_queue=self.dead_letter_queue,
+        )
+        for rule_id, pattern in HANDLER_PATTERNS.items():
+            self.rules[rule_id] = events.Rule(
+                self,
+                rule_id,
+                event_pattern=events.EventPattern(
+                    source=pattern["source"], detail_type=pattern["detail-type"], detail=pattern.get("detail")
+                ),
+                targets=[target],
+            )
+        self.rules["ReconcileSchedule"] = events.Rule(
+            self,
+            "ReconcileSchedule",
+            schedule=events.Schedule.rate(Duration.minutes(settings.reconcile_every_minutes)),
+            targets=[target],
+        )
+
+        # The function's role maps to one Kubernetes group, bound to get/patch the warm spares' scale.
+        self.access_entry = eks.AccessEntry(
+            self,
+            "AccessEntry",
+            cluster=cluster,
+            principal=self.function.role.role_arn,
+            access_policies=[],
+        )
+        cfn_entry = self.access_entry.node.default_child
+        cfn_entry.add_property_override("KubernetesGroups", [KUBERNETES_GROUP])
+        self.rbac = eks.KubernetesManifest(
+            self,
+            "Rbac",
+            cluster=cluster,
+            manifest=rbac_manifests(namespace=namespace, deployments=[s["deployment"] for s in spares.values()]),
+        )
+        self._acknowledge()
+
+    def _acknowledge(self) -> None:
+        role = self.function.role
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole]",
+                reason="AWS managed policy for a VPC function's ENIs and logs; the role is assumable only by Lambda.",
+            ),
+            Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+                reason="AWS managed policy for the function's CloudWatch Logs; the role is assumable only by Lambda.",
+            ),
+        )
+        Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="ec2:DescribeInstances supports no resource-level permissions; it is read-only and "
+                "limited to this region by aws:RequestedRegion. X-Ray's PutTraceSegments likewise.",
+            )
+        )

@@ -1,0 +1,155 @@
+"""The model servers: the project's serving chart, its Pod Identity roles and the Hugging Face token secret."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_secretsmanager as secretsmanager
+
+from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs.model_storage import ModelStorage
+from gennstack.config import GenNStackConfig
+from gennstack.serving.values import serving_values
+
+CHART_DIR = Path(__file__).resolve().parent.parent / "assets" / "charts" / "gennstack-serving"
+SERVING_SERVICE_ACCOUNT = "gennstack-serving"
+STAGING_SERVICE_ACCOUNT = "gennstack-staging"
+
+
+class Serving(Construct):
+    """Installs ``assets/charts/gennstack-serving`` with values from ``serving_values``.
+
+    Serving pods get a role that can only read the models and compile-cache buckets; staging Jobs
+    get one that can also upload (never delete) and read the Hugging Face token. Both through EKS
+    Pod Identity, bound to the chart's service accounts. The token itself never appears in the
+    template or the chart's values: the stack creates the secret with a random placeholder, you put
+    the token in once (README), and the staging Job reads it at run time.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        config: GenNStackConfig,
+        storage: ModelStorage,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        namespace = config.serving.namespace
+        self.hf_token = secretsmanager.Secret(
+            self,
+            "HuggingFaceToken",
+            description="Hugging Face access token for GenNStack's staging Jobs (put the real token in; see README)",
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        Validations.of(self.hf_token).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SMG4",
+                reason="A Hugging Face access token cannot be rotated by AWS: it is issued in the Hugging Face "
+                "account and replaced there; only the staging Jobs' role can read it.",
+            )
+        )
+        self.serving_role = self._pod_role("ServingRole", "Model servers: read model weights and compiled artifacts")
+        self.staging_role = self._pod_role("StagingRole", "Staging Jobs: upload model weights and compiled artifacts")
+        storage.grant_serving_read(self.serving_role)
+        storage.grant_staging_write(self.staging_role)
+        self.hf_token.grant_read(self.staging_role)
+        self.associations = [
+            eks.CfnPodIdentityAssociation(
+                self,
+                f"{role_id}Association",
+                cluster_name=cluster.cluster_name,
+                namespace=namespace,
+                service_account=service_account,
+                role_arn=role.role_arn,
+            )
+            for role_id, role, service_account in (
+                ("Serving", self.serving_role, SERVING_SERVICE_ACCOUNT),
+                ("Staging", self.staging_role, STAGING_SERVICE_ACCOUNT),
+            )
+        ]
+        self.chart = eks.HelmChart(
+            self,
+            "Chart",
+            cluster=cluster,
+            chart_asset=s3_assets.Asset(self, "ChartAsset", path=str(CHART_DIR), exclude=["**/__pycache__", "**/*.pyc", ".*~"]),
+            namespace=namespace,
+            release="gennstack-serving",
+            values=serving_values(
+                config,
+                config.serving,
+                models_bucket=storage.models_bucket.bucket_name,
+                compile_cache_bucket=storage.compile_cache_bucket.bucket_name,
+                region=Aws.REGION,
+                hf_token_secret=self.hf_token.secret_arn,
+                serving_service_account=SERVING_SERVICE_ACCOUNT,
+                staging_service_account=STAGING_SERVICE_ACCOUNT,
+            ),
+        )
+        for association in self.associations:
+            self.chart.node.add_dependency(association)
+        self._acknowledge(cluster)
+
+    def _pod_role(self, construct_id: str, description: str) -> iam.Role:
+        role = iam.Role(
+            self, construct_id, assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"), description=description
+        )
+        # EKS Pod Identity assumes the role with session tags.
+        role.assume_role_policy.add_statements(
+            iam.PolicyStatement(actions=["sts:TagSession"], principals=[iam.ServicePrincipal("pods.eks.amazonaws.com")])
+        )
+        return role
+
+    def _acknowledge(self, cluster: eks.Cluster) -> None:
+        stack = Stack.of(self)
+        # Installing a chart asset lets CDK's kubectl handler read the CDK asset bucket.
+        handler_policy = (
+            cluster.node.find_child("KubectlProvider").node.find_child("Handler").node.find_child("ServiceRole")
+            .node.find_child("DefaultPolicy")
+        )
+        Validations.of(handler_policy).acknowledge(
+            *[
+                Acknowledgment(
+                    id=f"AwsSolutions-IAM5[{finding}]",
+                    reason="CDK's grant to its own kubectl handler: read the serving chart's asset from the CDK "
+                    "bootstrap asset bucket of this account and region.",
+                )
+                for finding in (
+                    "Action::s3:GetBucket*",
+                    "Action::s3:GetObject*",
+                    "Action::s3:List*",
+                    f"Resource::arn:{_nag(stack.partition, 'Partition')}:s3:::cdk-hnb659fds-assets-"
+                    f"{_nag(stack.account, 'AccountId')}-{_nag(stack.region, 'Region')}/*",
+                )
+            ]
+        )
+        reason = (
+            "CDK's bucket grants: object-level wildcards under the two model buckets only (the serving role "
+            "reads, the staging role reads and uploads but never deletes), and KMS actions on the buckets' one key."
+        )
+        for role in (self.serving_role, self.staging_role):
+            Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
+                *[
+                    Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
+                    for finding in (
+                        "Action::s3:GetObject*",
+                        "Action::s3:GetBucket*",
+                        "Action::s3:List*",
+                        "Action::kms:GenerateDataKey*",
+                        "Action::kms:ReEncrypt*",
+                        "Action::s3:Abort*",
+                        "Resource::<ModelStorageModelsBucket2AA7EB86.Arn>/*",
+                        "Resource::<ModelStorageCompileCacheBucket619E16CC.Arn>/*",
+                    )
+                ]
+            )
+
+
+def _nag(value: str, pseudo: str) -> str:
+    """How cdk-nag spells a stack attribute in a finding: the literal, or ``<AWS::Pseudo>`` when unresolved."""
+    return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value

@@ -1,0 +1,35 @@
+"""The building blocks of GenNStack's typed configuration, shared by every config section.
+
+Sections that live with the code they configure (``gennstack.serving.config``, for example) build
+on these; ``gennstack.config`` assembles them into ``GenNStackConfig``. Kept apart from it so those
+sections can be imported by ``gennstack.config`` without an import cycle.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+GENERATION_NAMES: tuple[str, ...] = ("inf2", "trn2", "g6e")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid. The message says which key, what value, and what is allowed."""
+
+
+class StrictModel(BaseModel):
+    """Frozen, strict (no type coercion), and unknown keys are errors. Base of every config section."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class FieldError(ValueError):
+    """A cross-field error that knows its key (relative to the model that raised it).
+
+    Raise it from a ``model_validator(mode="after")``; the message then names the full key path.
+    """
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        super().__init__(f"{key}: got {value!r}; allowed: {allowed}")
+        self.key, self.value, self.allowed = key, value, allowed

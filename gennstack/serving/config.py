@@ -1,0 +1,221 @@
+"""The ``serving`` config section: how each generation's model server is laid out and scaled.
+
+Which generations run, and which model id and revision each serves, come from
+``GenNStackConfig.generations``; this section holds what the serving chart needs beyond that.
+Every cross-field rule raises :class:`~gennstack.config.FieldError`, so a bad value names its
+key, the value and what is allowed, like every other GenNStack config error.
+
+The hardware facts the rules use are EC2's published specifications:
+
+* inf2.48xlarge: 12 Inferentia2 chips, 2 NeuronCores each (24), 32 GB HBM per chip, so 16 GB
+  per NeuronCore.
+* trn2.48xlarge: 16 Trainium2 chips, 8 physical NeuronCores each; Neuron runs Trn2 with
+  Logical NeuronCore Config 2 (two physical cores per logical core), so 64 logical cores,
+  96 GB HBM per chip, 24 GB per logical core. NxD Inference's Trn2 guides: "With LNC=2, you
+  can set a TP degree up to 64".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field, field_validator, model_validator
+
+from gennstack.config_base import FieldError, StrictModel
+
+__all__ = ["G6eServing", "Inf2Serving", "ServingConfig", "Trn2Serving", "INF2_NEURON_CORES", "TRN2_LOGICAL_CORES"]
+
+INF2_NEURON_CORES = 24  # inf2.48xlarge: 12 chips x 2 NeuronCores
+INF2_HBM_GB_PER_CORE = 16  # 32 GB per chip / 2 cores
+TRN2_LOGICAL_CORES = 64  # trn2.48xlarge: 16 chips x 8 physical cores / LNC 2
+TRN2_HBM_GB_PER_CORE = 24  # 96 GB per chip / 4 logical cores
+# Share of accelerator memory the weights may take; the rest holds the KV cache and activations.
+WEIGHTS_HBM_SHARE = 0.8
+
+_SERVED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+# registry/path:tag or registry/path@sha256:digest (optionally both). Never a bare name or :latest.
+_IMAGE_RE = re.compile(
+    r"^[a-z0-9][a-z0-9.-]*(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$"
+)
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+Replicas = Annotated[int, Field(ge=0, le=100)]
+
+
+def _check_image(value: str | None) -> str | None:
+    if value is None:
+        return value
+    if not _IMAGE_RE.match(value) or not (":" in value.rsplit("/", 1)[-1] or "@sha256:" in value):
+        raise ValueError("must be an image reference pinned by tag or digest, e.g. 'registry/repo:1.2.3' or 'repo@sha256:<64 hex>'")
+    if value.rsplit("/", 1)[-1].split("@")[0].endswith(":latest"):
+        raise ValueError("must be pinned: ':latest' moves under a running fleet")
+    return value
+
+
+class _ModelServer(StrictModel):
+    """Settings every generation's model server has."""
+
+    # The model name clients send (OpenAI `model` field) and the gateway routes on.
+    served_model_name: str
+    # Longest prompt + completion in tokens (vLLM --max-model-len). On Neuron it is compiled in.
+    max_model_len: Annotated[int, Field(ge=256, le=1_048_576)]
+    # Most sequences one replica runs at once (vLLM --max-num-seqs; the compiled batch size on Neuron).
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)]
+    # Warm spares: replicas of a low-priority Deployment shaped like one serving replica, which
+    # stage the model onto their node and idle. The spot-interruption handler scales them.
+    warm_spare_replicas: Replicas = 0
+    # A full image reference that replaces the chart's pinned default for this generation.
+    image: str | None = None
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_name(cls, value: str) -> str:
+        if not _SERVED_NAME_RE.match(value):
+            raise ValueError("must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        return _check_image(value)
+
+
+class Inf2Serving(_ModelServer):
+    """gen1-inf2: Llama 3 70B Instruct with Ray Serve + vLLM (NxD Inference) on inf2.48xlarge."""
+
+    served_model_name: str = "llama-3-70b-instruct"
+    max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 8192
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 32
+    # Ray Serve autoscaling: replicas (one per inf2.48xlarge) between these bounds ...
+    min_replicas: Replicas = 1
+    max_replicas: Replicas = 2
+    # ... aiming at this many in-flight requests per replica.
+    target_ongoing_requests: Annotated[int, Field(ge=1, le=1024)] = 16
+    # Tensor parallelism over NeuronCores. 16: the attention heads (64) must split evenly, so
+    # 24 (all cores) is out; 8 cores hold 128 GB HBM, less than the 141 GB of BF16 weights; 16
+    # gives 4 query heads per core, each of the 8 KV heads replicated on 2 cores, 8.8 GB of
+    # weights per core and the rest of 16 GB for the KV cache.
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 16
+    # The model's shape, from its config.json (num_attention_heads, num_key_value_heads) and its
+    # size in BF16 (70.6 B parameters x 2 bytes). Only change them with model_id.
+    num_attention_heads: Annotated[int, Field(ge=1)] = 64
+    num_key_value_heads: Annotated[int, Field(ge=1)] = 8
+    weights_gb: Annotated[int, Field(ge=1)] = 141
+
+    @model_validator(mode="after")
+    def _layout(self) -> Inf2Serving:
+        if self.max_replicas < self.min_replicas:
+            raise FieldError("max_replicas", self.max_replicas, f"at least min_replicas ({self.min_replicas})")
+        if self.num_key_value_heads > self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise FieldError(
+                "num_key_value_heads", self.num_key_value_heads, f"a divisor of num_attention_heads ({self.num_attention_heads})"
+            )
+        tp, heads, kv = self.tensor_parallel_size, self.num_attention_heads, self.num_key_value_heads
+        budget = INF2_HBM_GB_PER_CORE * WEIGHTS_HBM_SHARE
+        valid = [d for d in range(1, INF2_NEURON_CORES + 1)
+                 if heads % d == 0 and (kv % d == 0 or d % kv == 0) and self.weights_gb / d <= budget]
+        if heads % tp:
+            raise FieldError("tensor_parallel_size", tp, f"a divisor of the {heads} attention heads; for this model: {valid}")
+        if kv % tp and tp % kv:
+            raise FieldError(
+                "tensor_parallel_size", tp,
+                f"a divisor or a multiple of the {kv} KV heads (each core holds whole KV heads); for this model: {valid}",
+            )
+        if self.weights_gb / tp > budget:
+            raise FieldError(
+                "tensor_parallel_size", tp,
+                f"enough NeuronCores that {self.weights_gb} GB of weights take at most {WEIGHTS_HBM_SHARE:.0%} of "
+                f"{INF2_HBM_GB_PER_CORE} GB per core ({self.weights_gb / tp:.1f} GB each now); for this model: {valid}",
+            )
+        if self.target_ongoing_requests > self.max_num_seqs:
+            raise FieldError(
+                "target_ongoing_requests", self.target_ongoing_requests, f"at most max_num_seqs ({self.max_num_seqs}), the batch one replica runs"
+            )
+        return self
+
+
+class Trn2Serving(_ModelServer):
+    """gen2-trn2: Llama 4 Maverick (17B active, 128 experts, BF16) with vLLM (NxD Inference) on trn2.48xlarge."""
+
+    served_model_name: str = "llama-4-maverick"
+    max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 8192
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 16
+    # Deployment replicas, one per trn2.48xlarge.
+    replicas: Replicas = 1
+    # Tensor parallelism over the 64 logical NeuronCores: attention and dense layers split 64 ways.
+    # 64: Maverick is ~801 GB in BF16; 32 cores hold 768 GB, too little even before the KV cache.
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 64
+    # The MoE layers split the same 64 cores into expert-parallel groups x tensor-parallel shards:
+    # 16 groups (one per chip, 8 of the 128 experts each) x 4 shards (the chip's 4 logical cores
+    # split each expert), so an expert's matmuls stay on one chip and only the token all-to-all
+    # crosses chips.
+    moe_ep_degree: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 16
+    moe_tp_degree: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 4
+    # The model's shape: routed experts (config.json text_config.num_local_experts) and BF16 size.
+    num_experts: Annotated[int, Field(ge=1)] = 128
+    weights_gb: Annotated[int, Field(ge=1)] = 801
+
+    @model_validator(mode="after")
+    def _layout(self) -> Trn2Serving:
+        tp = self.tensor_parallel_size
+        if TRN2_LOGICAL_CORES % tp:
+            raise FieldError("tensor_parallel_size", tp, f"a divisor of the {TRN2_LOGICAL_CORES} logical NeuronCores (LNC=2): 1, 2, 4, 8, 16, 32, 64")
+        if self.weights_gb / tp > TRN2_HBM_GB_PER_CORE * WEIGHTS_HBM_SHARE:
+            raise FieldError(
+                "tensor_parallel_size",
+                tp,
+                f"enough cores that {self.weights_gb} GB of weights take at most {WEIGHTS_HBM_SHARE:.0%} of "
+                f"{TRN2_HBM_GB_PER_CORE} GB per logical core ({self.weights_gb / tp:.1f} GB each now)",
+            )
+        if self.moe_ep_degree * self.moe_tp_degree != tp:
+            raise FieldError(
+                "moe_ep_degree", self.moe_ep_degree,
+                f"moe_ep_degree x moe_tp_degree ({self.moe_tp_degree}) = tensor_parallel_size ({tp})",
+            )
+        if self.num_experts % self.moe_ep_degree:
+            raise FieldError("moe_ep_degree", self.moe_ep_degree, f"a divisor of the {self.num_experts} experts")
+        return self
+
+
+class G6eServing(_ModelServer):
+    """gen3-g6e: GPT-OSS 20B (MXFP4) with vLLM on NVIDIA L40S (g6e)."""
+
+    served_model_name: str = "gpt-oss-20b"
+    max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 32768
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 64
+    # Deployment replicas; several fit on one multi-GPU node (a g6e.12xlarge runs 4 at 1 GPU each).
+    replicas: Replicas = 2
+    # GPUs per replica, which is vLLM's tensor-parallel size. 1: GPT-OSS 20B in MXFP4 needs ~16 GB,
+    # one 48 GB L40S holds it with room for the KV cache, and L40S has no NVLink, so splitting a
+    # replica across GPUs only adds PCIe traffic. 4 is the original `--tensor-parallel-size 4`.
+    gpus_per_replica: int = 1
+    # Share of each GPU's memory vLLM may use (weights + KV cache).
+    gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.95)] = 0.9
+
+    @field_validator("gpus_per_replica")
+    @classmethod
+    def _gpus(cls, value: int) -> int:
+        if value not in (1, 2, 4, 8):
+            raise ValueError("must be 1, 2, 4 or 8 (the GPU counts of g6e sizes; vLLM tensor parallelism)")
+        return value
+
+
+class ServingConfig(StrictModel):
+    """The serving chart's settings for every generation (enabled ones come from ``generations``)."""
+
+    # Kubernetes namespace of the model servers, their Services, warm spares and staging Jobs.
+    namespace: str = "gennstack-serving"
+    # Render the staging (Hugging Face -> models bucket) and Neuron compile Jobs. Turn on for the
+    # deploy that stages a new model or revision, then off: compile Jobs hold on-demand accelerators.
+    staging: bool = False
+    inf2: Inf2Serving = Inf2Serving()
+    trn2: Trn2Serving = Trn2Serving()
+    g6e: G6eServing = G6eServing()
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _NAMESPACE_RE.match(value):
+            raise ValueError("must be a DNS label: 1-63 lowercase letters, digits and '-'")
+        return value

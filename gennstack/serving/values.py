@@ -1,0 +1,177 @@
+"""The values of the ``gennstack-serving`` chart (assets/charts/gennstack-serving), built in one place.
+
+CDK calls :func:`serving_values` with the config and the names of what it created (buckets,
+secret, service accounts; CloudFormation tokens arrive as strings) and hands the result to
+``HelmChart(values=...)``. Tests call it on its own and render the chart with the real helm.
+
+The chart builds the S3 keys it reads and writes from these values with the same layout as
+:mod:`gennstack.storage_layout`; :func:`model_prefixes` and :func:`compile_cache_prefixes` give
+the same keys in Python (to scope IAM policies, or to check a bucket), and the tests hold the two
+to each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gennstack.config import ConfigError, GenerationConfig, GenerationsConfig, GenNStackConfig
+from gennstack.instances import INSTANCE_TYPES
+from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn2Serving
+from gennstack.storage_layout import compile_cache_prefix, model_prefix
+
+__all__ = ["NEURON_SDK_VERSION", "compile_cache_prefixes", "compile_layout", "model_prefixes", "serving_values"]
+
+# The Neuron SDK of the chart's Neuron image (images.neuronVllm in values.yaml, the
+# pytorch-inference-vllm-neuronx 0.16.0 DLC built on Neuron 2.31.1). Compiled artifacts are
+# only valid for the SDK that made them, so the compile-cache key carries it; a test fails when
+# this and the chart's neuron.sdkVersion disagree.
+NEURON_SDK_VERSION = "2.31.1"
+
+NEURON_GENERATIONS = ("inf2", "trn2")
+
+
+def compile_layout(generation: str, serving: ServingConfig) -> str:
+    """The parallelism part of a compile-cache key: everything besides SDK, model and revision
+    that the compiled graphs depend on (parallel degrees, batch size, sequence length)."""
+    if generation == "inf2":
+        section: Inf2Serving | Trn2Serving = serving.inf2
+        parallel = f"tp{section.tensor_parallel_size}"
+    elif generation == "trn2":
+        section = serving.trn2
+        parallel = f"tp{section.tensor_parallel_size}-ep{section.moe_ep_degree}"
+    else:
+        raise ValueError(f"generation: got {generation!r}; allowed: one of {list(NEURON_GENERATIONS)} (Neuron only)")
+    return f"{parallel}-seqs{section.max_num_seqs}-len{section.max_model_len}"
+
+
+def model_prefixes(config: GenNStackConfig) -> dict[str, str]:
+    """Key prefix of each enabled generation's weights in the models bucket."""
+    return {name: model_prefix(gen.model_id, gen.model_revision) for name, gen in config.generations.enabled().items()}
+
+
+def compile_cache_prefixes(config: GenNStackConfig, serving: ServingConfig) -> dict[str, str]:
+    """Key prefix of each enabled Neuron generation's compiled artifacts in the compile-cache bucket."""
+    return {
+        name: compile_cache_prefix(
+            neuron_sdk=NEURON_SDK_VERSION, model_id=gen.model_id, revision=gen.model_revision,
+            parallelism=compile_layout(name, serving),
+        )
+        for name, gen in config.generations.enabled().items()
+        if name in NEURON_GENERATIONS
+    }
+
+
+def serving_values(
+    config: GenNStackConfig,
+    serving: ServingConfig,
+    *,
+    models_bucket: str,
+    compile_cache_bucket: str,
+    region: str,
+    hf_token_secret: str,
+    serving_service_account: str = "gennstack-serving",
+    staging_service_account: str = "gennstack-staging",
+) -> dict[str, Any]:
+    """The chart's values for ``config``'s enabled generations.
+
+    ``hf_token_secret`` is the Secrets Manager secret's name or ARN, never the token: the staging
+    Job reads the token at run time with its own Pod Identity role.
+    """
+    for key, value in (("models_bucket", models_bucket), ("compile_cache_bucket", compile_cache_bucket),
+                       ("region", region), ("hf_token_secret", hf_token_secret)):
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"serving_values: {key}: got {value!r}; allowed: a non-empty string (a CDK token is fine)")
+    gens = config.generations
+    check_fits(gens, serving)
+    # Validates model ids and revisions the way the buckets' key layout needs them.
+    model_prefixes(config)
+    compile_cache_prefixes(config, serving)
+
+    return {
+        "aws": {"region": region},
+        "buckets": {"models": models_bucket, "compileCache": compile_cache_bucket},
+        "serviceAccounts": {
+            "serving": {"name": serving_service_account},
+            "staging": {"name": staging_service_account},
+        },
+        "neuron": {"sdkVersion": NEURON_SDK_VERSION},
+        "staging": {"enabled": serving.staging, "hfTokenSecret": hf_token_secret},
+        "inf2": {**_model(gens.inf2, serving.inf2), **_inf2(serving.inf2, gens.inf2)},
+        "trn2": {**_model(gens.trn2, serving.trn2), **_trn2(serving.trn2, gens.trn2)},
+        "g6e": {**_model(gens.g6e, serving.g6e), **_g6e(serving.g6e)},
+    }
+
+
+def _model(generation: GenerationConfig, section: Inf2Serving | Trn2Serving | G6eServing) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "enabled": generation.enabled,
+        "modelId": generation.model_id,
+        "revision": generation.model_revision,
+        "servedModelName": section.served_model_name,
+        "maxModelLen": section.max_model_len,
+        "maxNumSeqs": section.max_num_seqs,
+        "warmSpareReplicas": section.warm_spare_replicas,
+    }
+    if section.image is not None:
+        values["image"] = section.image
+    return values
+
+
+def _chips(generation: GenerationConfig) -> int:
+    # A Neuron replica takes a whole node (one replica per node fits), so it asks for every chip
+    # of the smallest configured type: the scheduler cannot leave a fragment nobody can use.
+    return min(INSTANCE_TYPES[t].accelerators for t in generation.instance_types)
+
+
+def _inf2(section: Inf2Serving, generation: GenerationConfig) -> dict[str, Any]:
+    return {
+        "tensorParallelSize": section.tensor_parallel_size,
+        "neuronChips": _chips(generation),
+        "minReplicas": section.min_replicas,
+        "maxReplicas": section.max_replicas,
+        "targetOngoingRequests": section.target_ongoing_requests,
+    }
+
+
+def _trn2(section: Trn2Serving, generation: GenerationConfig) -> dict[str, Any]:
+    return {
+        "tensorParallelSize": section.tensor_parallel_size,
+        "moeEpDegree": section.moe_ep_degree,
+        "moeTpDegree": section.moe_tp_degree,
+        "neuronChips": _chips(generation),
+        "replicas": section.replicas,
+    }
+
+
+def _g6e(section: G6eServing) -> dict[str, Any]:
+    return {
+        "replicas": section.replicas,
+        "gpusPerReplica": section.gpus_per_replica,
+        "gpuMemoryUtilization": section.gpu_memory_utilization,
+    }
+
+
+def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
+    """Each enabled generation's replica must fit the instance types its NodePool may launch."""
+    inf2, trn2, g6e = generations.inf2, generations.trn2, generations.g6e
+    if inf2.enabled:
+        cores = min(INSTANCE_TYPES[t].accelerators for t in inf2.instance_types) * 2
+        if serving.inf2.tensor_parallel_size > cores:
+            raise ConfigError(
+                f"serving.inf2.tensor_parallel_size: got {serving.inf2.tensor_parallel_size}; allowed: at most the "
+                f"{cores} NeuronCores of the smallest type in generations.inf2.instance_types {list(inf2.instance_types)}"
+            )
+    if trn2.enabled:
+        cores = min(INSTANCE_TYPES[t].accelerators for t in trn2.instance_types) * 4
+        if serving.trn2.tensor_parallel_size > cores:
+            raise ConfigError(
+                f"serving.trn2.tensor_parallel_size: got {serving.trn2.tensor_parallel_size}; allowed: at most the "
+                f"{cores} logical NeuronCores of the smallest type in generations.trn2.instance_types"
+            )
+    if g6e.enabled:
+        most = max(INSTANCE_TYPES[t].accelerators for t in g6e.instance_types)
+        if serving.g6e.gpus_per_replica > most:
+            raise ConfigError(
+                f"serving.g6e.gpus_per_replica: got {serving.g6e.gpus_per_replica}; allowed: at most {most}, the GPUs of "
+                f"the largest type in generations.g6e.instance_types {list(g6e.instance_types)} (add g6e.12xlarge for 4)"
+            )

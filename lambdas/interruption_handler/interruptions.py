@@ -1,0 +1,420 @@
+"""What the handler does with an interruption, a terminal state change, or a reconcile tick.
+
+Records
+    One DynamoDB item per interrupted instance, ``pk = "instance#<id>"``, written with a conditional
+    put (``attribute_not_exists(pk) OR expires_at <= now``). A second delivery of the same event, or a
+    rebalance recommendation followed by a spot warning (or a Health scheduled change) for the same
+    instance, fails the condition and counts nothing twice; it only adds its signal to the record's
+    ``signals`` set. ``expires_at`` (the table's TTL attribute) is ``now + RECORD_TTL_SECONDS``.
+
+Active interruptions
+    A record is *active* while ``expires_at > now`` and, once its instance is known to be gone
+    (``terminated_at``, from a terminal state-change event or found by the reconciler), for
+    ``REPLACEMENT_GRACE_SECONDS`` more: long enough for Karpenter's replacement node to join and the
+    model server on it to load and serve. DynamoDB deletes expired items lazily (often hours later),
+    so activity is decided from the attributes, never from the item's presence. When an instance
+    terminates, ``expires_at`` is raised to ``terminated_at + grace`` if that is later, so a
+    rebalance recommendation that came long before the termination still covers the replacement.
+
+Replica count
+    For a generation, ``min(cap, baseline + active interruptions of that generation)``, set as an
+    absolute value so retries are safe. Each attempt reads the ``scale`` (replicas, resourceVersion),
+    then counts records, then patches with that ``resourceVersion``: two concurrent invocations cannot
+    leave a stale, lower count behind, because the later patch of a stale read gets 409 and is redone
+    (at most ``CONFLICT_ATTEMPTS`` times). No patch is sent when the count is already right.
+
+Reconciler (the scheduled event)
+    Marks records whose instance has terminated (or is no longer known to EC2) but whose state-change
+    event never arrived, then sets every generation's Deployment to its count. As records go inactive,
+    each Deployment steps back to its baseline. A failure on one Deployment does not stop the others;
+    all failures are raised together afterwards.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from boto3.dynamodb.conditions import Attr
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .errors import HandlerError, Ignored, Reason
+from .events import Interruption, Reconcile, Signal, StateChange
+from .kube import KubeClient
+from .settings import Settings, WarmSpare
+
+NODEPOOL_TAG = "karpenter.sh/nodepool"
+CLUSTER_NAME_TAG = "eks:eks-cluster-name"
+CONFLICT_ATTEMPTS = 3
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+_DESCRIBE_CHUNK = 200  # DescribeInstances filter values per call
+
+Clock = Callable[[], float]
+
+
+@dataclass
+class Result:
+    """One outcome for the log and the metrics (one per instance or per Deployment)."""
+
+    outcome: str  # recorded | duplicate | terminated | reconciled | ignored
+    reason: str | None = None
+    instance_id: str | None = None
+    nodepool: str | None = None
+    generation: str | None = None
+    replicas: int | None = None
+    previous_replicas: int | None = None
+    active: int | None = None
+    signal: str | None = None
+    prewarm_latency_ms: float | None = None
+    detail: str | None = None
+
+    def log_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class Report:
+    results: list[Result] = field(default_factory=list)
+    failures: list[HandlerError] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScaleOutcome:
+    previous: int
+    replicas: int
+    active: int
+    changed: bool
+
+
+# --- interruption signals ---------------------------------------------------------------------
+
+
+def handle_interruption(
+    interruption: Interruption, *, ec2: Any, table: Any, kube: KubeClient, settings: Settings, clock: Clock = time.time
+) -> Report:
+    """Record each of this cluster's Karpenter spot instances named by ``interruption`` and pre-warm."""
+    report = Report()
+    try:
+        instances = describe_instances(ec2, interruption.instance_ids)
+    except HandlerError as error:
+        report.failures.append(error)
+        return report
+    touched: dict[str, WarmSpare] = {}
+    for instance_id in interruption.instance_ids:
+        instance = instances.get(instance_id)
+        if instance is None:
+            report.failures.append(
+                HandlerError(Reason.UNKNOWN_INSTANCE, "DescribeInstances does not know the instance", instance_id=instance_id)
+            )
+            continue
+        owner = owner_of(instance, settings)
+        if isinstance(owner, Result):
+            owner.instance_id = instance_id
+            owner.signal = interruption.signal.value
+            report.results.append(owner)
+            continue
+        pool, spare = owner
+        now = clock()
+        gone = instance.get("State", {}).get("Name") in GONE_STATES
+        try:
+            new = record_interruption(
+                table,
+                instance_id=instance_id,
+                nodepool=pool,
+                spare=spare,
+                signal=interruption.signal,
+                event_id=interruption.event_id,
+                event_time=interruption.event_time,
+                now=now,
+                settings=settings,
+                terminated_at=now if gone else None,
+            )
+        except HandlerError as error:
+            error.context.update(instance_id=instance_id, generation=spare.generation)
+            report.failures.append(error)
+            continue
+        report.results.append(
+            Result(
+                outcome="recorded" if new else "duplicate",
+                instance_id=instance_id,
+                nodepool=pool,
+                generation=spare.generation,
+                signal=interruption.signal.value,
+            )
+        )
+        touched[spare.generation] = spare
+    # Scale after recording every instance, once per generation (a Health event may name several).
+    for generation, spare in touched.items():
+        try:
+            outcome = converge(kube, table, spare, settings=settings, clock=clock)
+        except HandlerError as error:
+            error.context.update(generation=generation, namespace=spare.namespace, deployment=spare.deployment)
+            report.failures.append(error)
+            continue
+        latency = max(0.0, clock() - interruption.event_time.timestamp()) * 1000
+        for result in report.results:
+            if result.generation == generation and result.outcome in ("recorded", "duplicate"):
+                result.replicas = outcome.replicas
+                result.previous_replicas = outcome.previous
+                result.active = outcome.active
+                if result.outcome == "recorded":
+                    result.prewarm_latency_ms = round(latency, 1)
+    return report
+
+
+def describe_instances(ec2: Any, instance_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Instances by id. A filter (not ``InstanceIds``) so one unknown id does not fail the whole call."""
+    ids = list(dict.fromkeys(instance_ids))
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        for start in range(0, len(ids), _DESCRIBE_CHUNK):
+            chunk = ids[start : start + _DESCRIBE_CHUNK]
+            paginator = ec2.get_paginator("describe_instances")
+            for page in paginator.paginate(Filters=[{"Name": "instance-id", "Values": chunk}]):
+                for reservation in page.get("Reservations", []):
+                    for instance in reservation.get("Instances", []):
+                        found[instance["InstanceId"]] = instance
+    except (ClientError, BotoCoreError) as exc:
+        raise HandlerError(Reason.EC2, f"DescribeInstances failed: {exc}", instance_ids=ids[:20]) from exc
+    return found
+
+
+def owner_of(instance: dict[str, Any], settings: Settings) -> tuple[str, WarmSpare] | Result:
+    """``(nodepool, warm spare)`` for this cluster's Karpenter spot node, else an ignored Result."""
+    tags = {tag.get("Key"): tag.get("Value") for tag in instance.get("Tags", [])}
+    cluster = tags.get(CLUSTER_NAME_TAG)
+    owned = tags.get(f"kubernetes.io/cluster/{settings.cluster_name}") in ("owned", "shared")
+    if cluster != settings.cluster_name and not (cluster is None and owned):
+        return Result("ignored", Ignored.OTHER_CLUSTER.value, detail=f"{CLUSTER_NAME_TAG}={cluster!r}")
+    pool = tags.get(NODEPOOL_TAG)
+    if not pool:
+        return Result("ignored", Ignored.NOT_KARPENTER.value, detail=f"no {NODEPOOL_TAG} tag")
+    if instance.get("InstanceLifecycle") != "spot":
+        return Result("ignored", Ignored.NOT_SPOT.value, nodepool=pool, detail=f"lifecycle={instance.get('InstanceLifecycle', 'on-demand')}")
+    spare = settings.warm_spares.get(pool)
+    if spare is None:
+        return Result("ignored", Ignored.UNKNOWN_POOL.value, nodepool=pool, detail="no WARM_SPARES entry")
+    return pool, spare
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+def record_key(instance_id: str) -> str:
+    return f"instance#{instance_id}"
+
+
+def record_interruption(
+    table: Any,
+    *,
+    instance_id: str,
+    nodepool: str,
+    spare: WarmSpare,
+    signal: Signal,
+    event_id: str,
+    event_time: datetime,
+    now: float,
+    settings: Settings,
+    terminated_at: float | None = None,
+) -> bool:
+    """Write the record once. True if this call created it; False if it was already there."""
+    item: dict[str, Any] = {
+        "pk": record_key(instance_id),
+        "instance_id": instance_id,
+        "nodepool": nodepool,
+        "generation": spare.generation,
+        "signal": signal.value,
+        "signals": {signal.value},
+        "event_id": event_id[:128],
+        "event_time": event_time.isoformat(),
+        "recorded_at": int(now),
+        "expires_at": int(now) + settings.record_ttl_seconds,
+    }
+    if terminated_at is not None:
+        item["terminated_at"] = int(terminated_at)
+        item["expires_at"] = max(item["expires_at"], int(terminated_at) + settings.replacement_grace_seconds)
+    try:
+        table.put_item(
+            Item=item,
+            ConditionExpression="attribute_not_exists(pk) OR expires_at <= :now",
+            ExpressionAttributeValues={":now": int(now)},
+        )
+        return True
+    except ClientError as exc:
+        if _code(exc) != "ConditionalCheckFailedException":
+            raise _dynamodb("PutItem", exc, instance_id) from exc
+    except BotoCoreError as exc:
+        raise _dynamodb("PutItem", exc, instance_id) from exc
+    try:  # already recorded: remember that this signal came too (idempotent set union)
+        table.update_item(
+            Key={"pk": record_key(instance_id)},
+            UpdateExpression="ADD signals :s",
+            ExpressionAttributeValues={":s": {signal.value}},
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise _dynamodb("UpdateItem", exc, instance_id) from exc
+    return False
+
+
+def mark_terminated(table: Any, instance_id: str, *, terminated_at: float, now: float, settings: Settings) -> bool:
+    """Set ``terminated_at`` on an unexpired record (first time wins). False if there is none.
+
+    An expired record is left alone: its spare has already been given back, and reviving it now
+    would pre-warm after the fact.
+    """
+    keep_until = int(terminated_at) + settings.replacement_grace_seconds
+    try:
+        table.update_item(
+            Key={"pk": record_key(instance_id)},
+            UpdateExpression="SET terminated_at = if_not_exists(terminated_at, :t)",
+            ConditionExpression="attribute_exists(pk) AND expires_at > :now",
+            ExpressionAttributeValues={":t": int(terminated_at), ":now": int(now)},
+        )
+    except ClientError as exc:
+        if _code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise _dynamodb("UpdateItem", exc, instance_id) from exc
+    except BotoCoreError as exc:
+        raise _dynamodb("UpdateItem", exc, instance_id) from exc
+    try:  # keep the record at least through the replacement's grace period
+        table.update_item(
+            Key={"pk": record_key(instance_id)},
+            UpdateExpression="SET expires_at = :e",
+            ConditionExpression="expires_at < :e",
+            ExpressionAttributeValues={":e": keep_until},
+        )
+    except ClientError as exc:
+        if _code(exc) != "ConditionalCheckFailedException":
+            raise _dynamodb("UpdateItem", exc, instance_id) from exc
+    except BotoCoreError as exc:
+        raise _dynamodb("UpdateItem", exc, instance_id) from exc
+    return True
+
+
+def load_records(table: Any) -> list[dict[str, Any]]:
+    """Every record (a strongly consistent scan: the table only holds recent interruptions)."""
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"ConsistentRead": True, "FilterExpression": Attr("pk").begins_with("instance#")}
+    try:
+        while True:
+            page = table.scan(**kwargs)
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    except (ClientError, BotoCoreError) as exc:
+        raise HandlerError(Reason.DYNAMODB, f"Scan failed: {exc}") from exc
+
+
+def is_active(record: dict[str, Any], *, now: float, settings: Settings) -> bool:
+    if _number(record.get("expires_at")) <= now:
+        return False
+    terminated_at = record.get("terminated_at")
+    return terminated_at is None or _number(terminated_at) + settings.replacement_grace_seconds > now
+
+
+def active_by_generation(records: Iterable[dict[str, Any]], *, now: float, settings: Settings) -> Counter[str]:
+    return Counter(r.get("generation") for r in records if is_active(r, now=now, settings=settings))
+
+
+# --- scaling ----------------------------------------------------------------------------------
+
+
+def converge(kube: KubeClient, table: Any, spare: WarmSpare, *, settings: Settings, clock: Clock) -> ScaleOutcome:
+    """Set ``spare``'s Deployment to ``min(cap, baseline + active)``; redo on 409 (see module doc)."""
+    conflict: HandlerError | None = None
+    for _ in range(CONFLICT_ATTEMPTS):
+        current = kube.get_scale(spare.namespace, spare.deployment)
+        active = active_by_generation(load_records(table), now=clock(), settings=settings)[spare.generation]
+        desired = spare.desired_replicas(active)
+        if current.replicas == desired:
+            return ScaleOutcome(current.replicas, desired, active, changed=False)
+        try:
+            kube.patch_scale(spare.namespace, spare.deployment, desired, current.resource_version)
+        except HandlerError as error:
+            if error.reason is not Reason.KUBE_CONFLICT:
+                raise
+            conflict = error
+            continue
+        return ScaleOutcome(current.replicas, desired, active, changed=True)
+    assert conflict is not None
+    conflict.context["attempts"] = CONFLICT_ATTEMPTS
+    raise conflict
+
+
+# --- state changes and reconcile --------------------------------------------------------------
+
+
+def handle_state_change(change: StateChange, *, table: Any, settings: Settings, clock: Clock = time.time) -> Report:
+    """Note that a recorded instance is gone; its spare stays for the replacement's grace period."""
+    report = Report()
+    try:
+        marked = mark_terminated(
+            table, change.instance_id, terminated_at=change.event_time.timestamp(), now=clock(), settings=settings
+        )
+    except HandlerError as error:
+        report.failures.append(error)
+        return report
+    if marked:
+        report.results.append(Result("terminated", instance_id=change.instance_id, detail=change.state))
+    else:
+        report.results.append(Result("ignored", Ignored.NO_RECORD.value, instance_id=change.instance_id, detail=change.state))
+    return report
+
+
+def reconcile(
+    tick: Reconcile, *, ec2: Any, table: Any, kube: KubeClient, settings: Settings, clock: Clock = time.time
+) -> Report:
+    report = Report()
+    try:
+        records = load_records(table)
+        now = clock()
+        unmarked = [r for r in records if is_active(r, now=now, settings=settings) and r.get("terminated_at") is None]
+        if unmarked:
+            instances = describe_instances(ec2, [r["instance_id"] for r in unmarked])
+            for record in unmarked:
+                instance = instances.get(record["instance_id"])
+                # EC2 forgets terminated instances after about an hour: unknown means gone.
+                if instance is None or instance.get("State", {}).get("Name") in GONE_STATES:
+                    mark_terminated(table, record["instance_id"], terminated_at=now, now=now, settings=settings)
+                    report.results.append(
+                        Result("terminated", instance_id=record["instance_id"], generation=record.get("generation"), detail="found by reconciler")
+                    )
+    except HandlerError as error:
+        report.failures.append(error)  # still converge: the counts are right without the marks
+    for generation, spare in sorted(settings.generations.items()):
+        try:
+            outcome = converge(kube, table, spare, settings=settings, clock=clock)
+        except HandlerError as error:
+            error.context.update(generation=generation, namespace=spare.namespace, deployment=spare.deployment)
+            report.failures.append(error)
+            continue
+        report.results.append(
+            Result(
+                "reconciled",
+                generation=generation,
+                replicas=outcome.replicas,
+                previous_replicas=outcome.previous,
+                active=outcome.active,
+            )
+        )
+    return report
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _dynamodb(operation: str, exc: Exception, instance_id: str) -> HandlerError:
+    return HandlerError(Reason.DYNAMODB, f"{operation} failed: {exc}", instance_id=instance_id)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return 0.0

@@ -1,0 +1,159 @@
+"""The two Kubernetes calls the handler makes: get and patch a Deployment's ``scale`` subresource.
+
+Standard library only: ``http.client`` over TLS verified against the cluster CA, a timeout on every
+call, a fresh EKS token per request. Transient failures (429, 5xx, timeouts, dropped connections) are
+retried a few times within the invocation's deadline, because Lambda's own retries come minutes
+later, after a two-minute warning has run out. Everything else raises at once with a reason.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from .errors import HandlerError, Reason
+
+MERGE_PATCH = "application/merge-patch+json"
+MAX_BODY = 1 << 20
+_STATUS_REASONS = {
+    401: Reason.KUBE_UNAUTHORIZED,
+    403: Reason.KUBE_FORBIDDEN,
+    404: Reason.KUBE_NOT_FOUND,
+    409: Reason.KUBE_CONFLICT,
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    replicas: int
+    resource_version: str
+
+
+class _Transient(Exception):
+    def __init__(self, error: HandlerError) -> None:
+        self.error = error
+
+
+class KubeClient:
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        ca_pem: str,
+        token: Callable[[], str],
+        timeout: float,
+        attempts: int = 3,
+        backoff: float = 0.2,
+        deadline: Callable[[], float] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``deadline()`` returns the seconds left for this invocation (None: unbounded)."""
+        parts = urlsplit(endpoint)
+        self._host = parts.hostname or ""
+        self._port = parts.port or 443
+        self._ssl = ssl.create_default_context(cadata=ca_pem)  # verifies the chain and the host name
+        self._token = token
+        self._timeout = timeout
+        self._attempts = attempts
+        self._backoff = backoff
+        self._deadline = deadline
+        self._sleep = sleep
+
+    @staticmethod
+    def scale_path(namespace: str, deployment: str) -> str:
+        return f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}/deployments/{quote(deployment, safe='')}/scale"
+
+    def get_scale(self, namespace: str, deployment: str) -> Scale:
+        return _scale(self._call("GET", self.scale_path(namespace, deployment), None), namespace, deployment)
+
+    def patch_scale(self, namespace: str, deployment: str, replicas: int, resource_version: str) -> Scale:
+        """Set ``spec.replicas``; the ``resourceVersion`` makes it conditional (409 when the scale moved)."""
+        body = {"metadata": {"resourceVersion": resource_version}, "spec": {"replicas": replicas}}
+        return _scale(self._call("PATCH", self.scale_path(namespace, deployment), body), namespace, deployment)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        if not self._time_left(self._timeout):
+            # Fail with a reason now rather than be cut off by Lambda's timeout mid-request.
+            raise HandlerError(Reason.KUBE_TIMEOUT, "the invocation has no time left for another call", method=method, path=path)
+        last: HandlerError | None = None
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return self._once(method, path, body)
+            except _Transient as transient:
+                last = transient.error
+                last.context["attempts"] = attempt
+                pause = self._backoff * 2 ** (attempt - 1)
+                if attempt == self._attempts or not self._time_left(pause + self._timeout):
+                    break
+                self._sleep(pause)
+        assert last is not None
+        raise last
+
+    def _time_left(self, needed: float) -> bool:
+        return self._deadline is None or self._deadline() > needed
+
+    def _once(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        where = {"method": method, "path": path}
+        headers = {"Authorization": f"Bearer {self._token()}", "Accept": "application/json"}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = MERGE_PATCH
+        connection = http.client.HTTPSConnection(self._host, self._port, context=self._ssl, timeout=self._timeout)
+        try:
+            connection.request(method, path, body=payload, headers=headers)
+            response = connection.getresponse()
+            raw = response.read(MAX_BODY + 1)
+        except ssl.SSLCertVerificationError as exc:
+            raise HandlerError(Reason.KUBE_UNREACHABLE, f"TLS verification against CLUSTER_CA failed: {exc.verify_message}", **where) from exc
+        except (TimeoutError, socket.timeout) as exc:
+            raise _Transient(HandlerError(Reason.KUBE_TIMEOUT, f"no answer within {self._timeout}s", **where)) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise _Transient(HandlerError(Reason.KUBE_UNREACHABLE, f"{type(exc).__name__}: {exc}", **where)) from exc
+        finally:
+            connection.close()
+        status = response.status
+        if 200 <= status < 300:
+            if len(raw) > MAX_BODY:
+                raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response body over 1 MiB", status=status, **where)
+            try:
+                return json.loads(raw)
+            except ValueError as exc:
+                raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not JSON", status=status, **where) from exc
+        error = HandlerError(
+            _STATUS_REASONS.get(status, Reason.KUBE_SERVER_ERROR if status == 429 or status >= 500 else Reason.KUBE_BAD_RESPONSE),
+            f"HTTP {status}: {_status_message(raw)}",
+            status=status,
+            **where,
+        )
+        if error.reason is Reason.KUBE_SERVER_ERROR:
+            raise _Transient(error)
+        raise error
+
+
+def _status_message(raw: bytes) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body, or the start of whatever came back."""
+    try:
+        message = json.loads(raw).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    text = message if isinstance(message, str) else raw[:200].decode("utf-8", "replace")
+    return text[:300]
+
+
+def _scale(body: Any, namespace: str, deployment: str) -> Scale:
+    try:
+        replicas = body.get("spec", {}).get("replicas", 0)
+        version = body["metadata"]["resourceVersion"]
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not an autoscaling/v1 Scale", namespace=namespace, deployment=deployment) from exc
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or not isinstance(version, str):
+        raise HandlerError(Reason.KUBE_BAD_RESPONSE, "Scale has a non-integer replicas or no resourceVersion", namespace=namespace, deployment=deployment)
+    return Scale(replicas, version)

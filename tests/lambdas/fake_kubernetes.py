@@ -1,0 +1,209 @@
+"""A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale.
+
+It authenticates like EKS would (a ``k8s-aws-v1.`` token whose presigned STS URL is correctly signed
+for this cluster, else 401), keeps each Deployment's replicas and resourceVersion, honours the
+resourceVersion precondition of a merge patch (409), and can be told to fail the next requests.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from tests.lambdas.sigv4 import BadSignature, verify_presigned_url
+
+SCALE_PATH = "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale"
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    status: int = 0
+
+
+@dataclass
+class Deployment:
+    replicas: int = 0
+    resource_version: int = 1
+
+
+Fault = int | str | Callable[["FakeKubernetes", Seen], None]
+
+
+@dataclass
+class FakeKubernetes:
+    cluster_name: str
+    secret_key: Callable[[], str]  # the secret the signer used (moto swaps in its own credentials)
+    certfile: str
+    keyfile: str
+    deployments: dict[tuple[str, str], Deployment] = field(default_factory=dict)
+    requests: list[Seen] = field(default_factory=list)
+    faults: deque[Fault] = field(default_factory=deque)
+    hang_seconds: float = 1.0
+
+    def start(self) -> str:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.certfile, self.keyfile)
+        fake = self
+        self._lock = threading.Lock()
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def finish_request(self, request: socket.socket, client_address: Any) -> None:
+                request.settimeout(5)
+                tls = context.wrap_socket(request, server_side=True)
+                super().finish_request(tls, client_address)
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that rejects our certificate, or hangs up on a hung request
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                fake._serve(self)
+
+            def do_PATCH(self) -> None:
+                fake._serve(self)
+
+            def do_PUT(self) -> None:
+                fake._serve(self)
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self._thread.start()
+        return f"https://127.0.0.1:{self._server.server_address[1]}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    # -- views for the tests
+    def patches(self) -> list[Seen]:
+        return [r for r in self.requests if r.method == "PATCH"]
+
+    def replicas(self, namespace: str, name: str) -> int:
+        return self.deployments[(namespace, name)].replicas
+
+    # -- the API
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        length = int(h.headers.get("Content-Length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw
+        seen = Seen(h.command, h.path, {k.lower(): v for k, v in h.headers.items()}, body)
+        with self._lock:
+            self.requests.append(seen)
+            fault = self.faults.popleft() if self.faults else None
+        if callable(fault):
+            fault(self, seen)
+            fault = None
+        if fault == "hang":
+            time.sleep(self.hang_seconds)
+            self._send(h, seen, 504, _status(504, "too late"))
+            return
+        if isinstance(fault, int):
+            self._send(h, seen, fault, _status(fault, f"injected {fault}"))
+            return
+        if fault == "not-json":
+            self._send(h, seen, 200, b"<html>proxy</html>", content_type="text/html")
+            return
+        if not self._authenticated(seen):
+            self._send(h, seen, 401, _status(401, "Unauthorized"))
+            return
+        key = _deployment_key(urlsplit(h.path).path)
+        if key is None or key not in self.deployments:
+            self._send(h, seen, 404, _status(404, f"{h.path} not found"))
+            return
+        with self._lock:
+            deployment = self.deployments[key]
+            if h.command == "PATCH":
+                if seen.headers.get("content-type") != "application/merge-patch+json":
+                    self._send(h, seen, 415, _status(415, "unsupported media type"))
+                    return
+                wanted_rv = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted_rv is not None and wanted_rv != str(deployment.resource_version):
+                    self._send(h, seen, 409, _status(409, "the object has been modified"))
+                    return
+                replicas = body["spec"]["replicas"]
+                if replicas != deployment.replicas:
+                    deployment.replicas = replicas
+                    deployment.resource_version += 1
+            elif h.command != "GET":
+                self._send(h, seen, 405, _status(405, "method not allowed"))
+                return
+            payload = _scale(key, deployment)
+        self._send(h, seen, 200, json.dumps(payload).encode())
+
+    def _authenticated(self, seen: Seen) -> bool:
+        auth = seen.headers.get("authorization", "")
+        prefix = "Bearer k8s-aws-v1."
+        if not auth.startswith(prefix):
+            return False
+        encoded = auth[len(prefix) :]
+        if "=" in encoded:
+            return False
+        try:
+            url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+            query = verify_presigned_url(url, secret_key=self.secret_key(), headers={"x-k8s-aws-id": self.cluster_name})
+        except (ValueError, KeyError, BadSignature):
+            return False
+        return (
+            query.get("Action") == "GetCallerIdentity"
+            and "x-k8s-aws-id" in query["X-Amz-SignedHeaders"].split(";")  # EKS refuses tokens not bound to a cluster
+            and (urlsplit(url).hostname or "").startswith("sts.")
+        )
+
+    def _send(self, h: BaseHTTPRequestHandler, seen: Seen, status: int, body: bytes, content_type: str = "application/json") -> None:
+        seen.status = status
+        try:
+            h.send_response(status)
+            h.send_header("Content-Type", content_type)
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+        except OSError:
+            pass  # the client gave up (timeout tests)
+
+
+def _deployment_key(path: str) -> tuple[str, str] | None:
+    parts = path.split("/")
+    # ['', 'apis', 'apps', 'v1', 'namespaces', ns, 'deployments', name, 'scale']
+    if len(parts) == 9 and parts[1:5] == ["apis", "apps", "v1", "namespaces"] and parts[6] == "deployments" and parts[8] == "scale":
+        return parts[5], parts[7]
+    return None
+
+
+def _scale(key: tuple[str, str], deployment: Deployment) -> dict[str, Any]:
+    spec = {"replicas": deployment.replicas} if deployment.replicas else {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": key[1], "namespace": key[0], "resourceVersion": str(deployment.resource_version)},
+        "spec": spec,
+        "status": {"replicas": deployment.replicas, "selector": f"app={key[1]}"},
+    }
+
+
+def _status(code: int, message: str) -> bytes:
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message, "code": code}).encode()

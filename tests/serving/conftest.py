@@ -1,0 +1,58 @@
+"""Fixtures for the serving chart tests: the chart, its required values, the values CDK builds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gennstack.config import load_config
+from gennstack.serving import ServingConfig, serving_values
+from tests import helm
+from tests.support import ROOT
+
+CHART = ROOT / "assets" / "charts" / "gennstack-serving"
+NAMESPACE = "gennstack-serving"
+# The values without a default, as a plain `helm install` would pass them.
+REQUIRED: dict[str, Any] = {
+    "aws": {"region": "us-east-1"},
+    "buckets": {"models": "gennstack-models-1a2b", "compileCache": "gennstack-compile-cache-1a2b"},
+}
+STAGING = {"staging": {"enabled": True, "hfTokenSecret": "gennstack/hugging-face-token"}}
+GENERATIONS = ("inf2", "trn2", "g6e")
+
+
+def only(*names: str) -> dict[str, Any]:
+    """Values that enable exactly ``names``."""
+    return {name: {"enabled": name in names} for name in GENERATIONS}
+
+
+def merged(*parts: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def cdk_values(context: dict[str, Any] | None = None, serving: ServingConfig | None = None, **tokens: str) -> dict[str, Any]:
+    kwargs = {
+        "models_bucket": "gennstack-models-1a2b",
+        "compile_cache_bucket": "gennstack-compile-cache-1a2b",
+        "region": "eu-west-1",
+        "hf_token_secret": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:gennstack/hf-token-AbCdEf",
+        **tokens,
+    }
+    return serving_values(load_config(context or {}), serving or ServingConfig(), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def chart() -> Path:
+    return CHART
+
+
+@pytest.fixture(scope="session")
+def rendered_all() -> list[dict]:
+    """Every generation, with staging on: every kind of object the chart makes."""
+    return helm.render(CHART, merged(REQUIRED, STAGING), namespace=NAMESPACE)

@@ -1,0 +1,138 @@
+"""The scripts the chart's pods run (assets/charts/gennstack-serving/files), tested where they
+can run without a cluster: staging against moto's S3 and Secrets Manager with a stand-in Hub,
+the vLLM launcher, the Ray Serve proxy's helpers, and the shell scripts' syntax."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tests.serving.conftest import CHART
+
+FILES = CHART / "files"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, FILES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Sibling:
+    rfilename: str
+    size: int
+
+
+@dataclass
+class Info:
+    sha: str
+    siblings: list[Sibling]
+
+
+class FakeHub:
+    """Stands in for huggingface_hub.HfApi: serves files from memory, counts downloads."""
+
+    def __init__(self, files: dict[str, bytes], sha: str = "c0ffee") -> None:
+        self.files, self.sha, self.downloads = files, sha, []
+
+    def model_info(self, repo_id: str, *, revision: str, files_metadata: bool) -> Info:
+        assert files_metadata
+        return Info(self.sha, [Sibling(name, len(data)) for name, data in self.files.items()])
+
+    def hf_hub_download(self, repo_id: str, filename: str, *, revision: str, local_dir: str) -> str:
+        assert revision == self.sha  # pinned to the commit model_info resolved
+        self.downloads.append(filename)
+        path = Path(local_dir) / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(self.files[filename])
+        return str(path)
+
+
+@pytest.fixture
+def s3():
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket="models")
+        yield client
+
+
+FILES_ON_HUB = {
+    "config.json": b'{"model_type": "llama"}',
+    "model-00001-of-00002.safetensors": b"a" * 1000,
+    "model-00002-of-00002.safetensors": b"b" * 500,
+    "original/consolidated.00.pth": b"c" * 2000,
+    ".gitattributes": b"*.safetensors filter=lfs",
+}
+
+
+def test_stage_copies_the_model_and_marks_it_complete(s3, tmp_path) -> None:
+    stage = load("stage")
+    hub = FakeHub(FILES_ON_HUB)
+    record = stage.stage(hub=hub, s3=s3, bucket="models", prefix="org/model/main/", model_id="org/model",
+                         revision="main", scratch=str(tmp_path), log=lambda *_: None)
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="models")["Contents"]}
+    assert keys == {"org/model/main/config.json", "org/model/main/model-00001-of-00002.safetensors",
+                    "org/model/main/model-00002-of-00002.safetensors", "org/model/main/.gennstack-complete"}
+    assert s3.get_object(Bucket="models", Key="org/model/main/model-00002-of-00002.safetensors")["Body"].read() == b"b" * 500
+    assert record == {"model_id": "org/model", "revision": "main", "commit": "c0ffee", "files": 3, "bytes": 1523}
+    assert json.loads(s3.get_object(Bucket="models", Key="org/model/main/.gennstack-complete")["Body"].read()) == record
+    assert list(tmp_path.rglob("*.safetensors")) == []  # one file at a time on local disk
+
+
+def test_stage_does_nothing_once_complete_and_resumes_a_partial_copy(s3, tmp_path) -> None:
+    stage = load("stage")
+    s3.put_object(Bucket="models", Key="org/model/main/model-00001-of-00002.safetensors", Body=b"a" * 1000)
+    s3.put_object(Bucket="models", Key="org/model/main/config.json", Body=b"{}")  # wrong size: copied again
+    hub = FakeHub(FILES_ON_HUB)
+    stage.stage(hub=hub, s3=s3, bucket="models", prefix="org/model/main/", model_id="org/model", revision="main",
+                scratch=str(tmp_path), log=lambda *_: None)
+    assert sorted(hub.downloads) == ["config.json", "model-00002-of-00002.safetensors"]
+    again = FakeHub(FILES_ON_HUB)
+    stage.stage(hub=again, s3=s3, bucket="models", prefix="org/model/main/", model_id="org/model", revision="main",
+                scratch=str(tmp_path), log=lambda *_: None)
+    assert again.downloads == []
+
+
+@pytest.mark.parametrize("secret, token", [("hf_plain", "hf_plain"), ('{"token": "hf_json"}', "hf_json"), ("  hf_pad\n", "hf_pad")])
+def test_stage_reads_the_token_from_secrets_manager(secret, token) -> None:
+    stage = load("stage")
+    with mock_aws():
+        secrets = boto3.client("secretsmanager", region_name="us-east-1")
+        secrets.create_secret(Name="gennstack/hf-token", SecretString=secret)
+        assert stage.hf_token(secrets, "gennstack/hf-token") == token
+
+
+def test_vllm_launcher_passes_arguments_unsplit() -> None:
+    launcher = load("vllm_serve")
+    args = ["--model", "/cache/m", "--additional-config", '{"override_neuron_config": {"moe_ep_degree": 16}}']
+    command = launcher.command("0.0.0.0", "8000", {"VLLM_ARGS": json.dumps(args)})
+    assert command[1:] == ["-m", "vllm.entrypoints.openai.api_server", "--host", "0.0.0.0", "--port", "8000", *args]
+    with pytest.raises(ValueError, match="JSON list of strings"):
+        launcher.command("0.0.0.0", "8000", {"VLLM_ARGS": '{"model": "x"}'})
+
+
+def test_ray_serve_app_imports_without_ray_and_drops_hop_by_hop_headers(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(FILES))
+    serve_app = load("gennstack_serve")
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer x", "Connection": "keep-alive",
+               "Transfer-Encoding": "chunked", "Host": "gen1-inf2-serve-svc", "Content-Length": "12"}
+    assert serve_app.forwarded_headers(headers) == {"Content-Type": "application/json", "Authorization": "Bearer x"}
+    with pytest.raises(AttributeError):
+        serve_app.something_else  # noqa: B018
+
+
+@pytest.mark.parametrize("script, shell", [("sync-from-s3.sh", "sh"), ("upload-compiled.sh", "sh"), ("compile.sh", "bash")])
+def test_shell_scripts_parse(script, shell) -> None:
+    proc = subprocess.run([shell, "-n", str(FILES / script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

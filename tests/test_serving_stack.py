@@ -1,0 +1,90 @@
+"""The serving chart as the stack installs it: Pod Identity roles, the token secret, values and order."""
+
+from __future__ import annotations
+
+import json
+
+from tests.support import Synth
+
+
+def _role_actions(synth: Synth, role_prefix: str) -> set[str]:
+    (role_id,) = [k for k in synth.resources("AWS::IAM::Role") if k.startswith(role_prefix)]
+    actions: set[str] = set()
+    for policy in synth.resources("AWS::IAM::Policy").values():
+        if {"Ref": role_id} in policy["Properties"]["Roles"]:
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                action = statement["Action"]
+                actions.update([action] if isinstance(action, str) else action)
+    return actions
+
+
+def test_serving_role_can_only_read(synth: Synth) -> None:
+    actions = _role_actions(synth, "ServingServingRole")
+    assert {"s3:GetObject*", "s3:List*", "kms:Decrypt"} <= actions
+    assert not {a for a in actions if a.startswith(("s3:Put", "s3:Delete", "s3:Abort", "secretsmanager:", "kms:Encrypt"))}
+
+
+def test_staging_role_uploads_and_reads_the_token_but_never_deletes(synth: Synth) -> None:
+    actions = _role_actions(synth, "ServingStagingRole")
+    assert {"s3:PutObject", "s3:GetObject*", "kms:GenerateDataKey*", "secretsmanager:GetSecretValue"} <= actions
+    assert not {a for a in actions if "Delete" in a or a in ("s3:*", "kms:*", "secretsmanager:*")}
+
+
+def test_roles_bound_to_the_charts_service_accounts_by_pod_identity(synth: Synth) -> None:
+    associations = {
+        a["Properties"]["ServiceAccount"]: a["Properties"]
+        for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["Namespace"] == "gennstack-serving"
+    }
+    assert set(associations) == {"gennstack-serving", "gennstack-staging"}
+    assert associations["gennstack-serving"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingServingRole")
+    assert associations["gennstack-staging"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingStagingRole")
+    for prefix in ("ServingServingRole", "ServingStagingRole"):
+        (role,) = [r for k, r in synth.resources("AWS::IAM::Role").items() if k.startswith(prefix)]
+        trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert {s["Principal"]["Service"] for s in trust} == {"pods.eks.amazonaws.com"}
+        assert {a for s in trust for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])} == {
+            "sts:AssumeRole", "sts:TagSession"
+        }
+
+
+def _chart(synth: Synth) -> dict:
+    (chart,) = [
+        c["Properties"] for c in synth.resources("Custom::AWSCDK-EKS-HelmChart").values()
+        if c["Properties"].get("Release") == "gennstack-serving"
+    ]
+    return chart
+
+
+def test_chart_is_the_repos_asset_in_the_serving_namespace(synth: Synth) -> None:
+    chart = _chart(synth)
+    assert chart["Namespace"] == "gennstack-serving"
+    assert "ChartAssetURL" in chart and "Repository" not in chart
+
+
+def test_values_carry_names_and_arns_never_the_token(synth: Synth) -> None:
+    text = json.dumps(_chart(synth)["Values"])
+    (secret_id,) = synth.resources("AWS::SecretsManager::Secret")
+    assert secret_id in text  # the secret's ARN (a Ref) goes in, so the Job knows what to read
+    (secret,) = synth.resources("AWS::SecretsManager::Secret").values()
+    assert "SecretString" not in secret["Properties"]  # generated placeholder; the token is put in by hand
+    assert "hf_" not in text
+    for bucket in ("ModelStorageModelsBucket2AA7EB86", "ModelStorageCompileCacheBucket619E16CC"):
+        assert bucket in text
+    assert secret["DeletionPolicy"] == "Retain"
+
+
+def test_chart_installs_after_operators_node_pools_and_associations(synth: Synth) -> None:
+    resources = synth.template["Resources"]
+    (chart_id,) = [
+        k for k, c in resources.items()
+        if c["Type"] == "Custom::AWSCDK-EKS-HelmChart" and c["Properties"].get("Release") == "gennstack-serving"
+    ]
+    depends = set(resources[chart_id]["DependsOn"])
+    assert any(d.startswith("OperatorsKubeRayOperator") for d in depends)
+    assert any(d.startswith("NodePools") for d in depends)
+    assert {d for d in depends if d.startswith("Serving") and "Association" in d} == {
+        k for k in resources if k.startswith("ServingServingAssociation") or k.startswith("ServingStagingAssociation")
+    }
+    rbac = [k for k in resources if k.startswith("InterruptionHandlerRbac")]
+    assert rbac and chart_id in resources[rbac[0]]["DependsOn"]
