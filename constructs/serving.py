@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs.cluster import acknowledge_chart_asset_read
 from constructs.model_storage import ModelStorage
 from gennstack.config import GenNStackConfig
 from gennstack.serving.values import serving_values
@@ -106,28 +107,7 @@ class Serving(Construct):
         return role
 
     def _acknowledge(self, cluster: eks.Cluster) -> None:
-        stack = Stack.of(self)
-        # Installing a chart asset lets CDK's kubectl handler read the CDK asset bucket.
-        handler_policy = (
-            cluster.node.find_child("KubectlProvider").node.find_child("Handler").node.find_child("ServiceRole")
-            .node.find_child("DefaultPolicy")
-        )
-        Validations.of(handler_policy).acknowledge(
-            *[
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[{finding}]",
-                    reason="CDK's grant to its own kubectl handler: read the serving chart's asset from the CDK "
-                    "bootstrap asset bucket of this account and region.",
-                )
-                for finding in (
-                    "Action::s3:GetBucket*",
-                    "Action::s3:GetObject*",
-                    "Action::s3:List*",
-                    f"Resource::arn:{_nag(stack.partition, 'Partition')}:s3:::cdk-hnb659fds-assets-"
-                    f"{_nag(stack.account, 'AccountId')}-{_nag(stack.region, 'Region')}/*",
-                )
-            ]
-        )
+        acknowledge_chart_asset_read(cluster)
         reason = (
             "CDK's bucket grants: object-level wildcards under the two model buckets only (the serving role "
             "reads, the staging role reads and uploads but never deletes), and KMS actions on the buckets' one key."
@@ -149,7 +129,3 @@ class Serving(Construct):
                 ]
             )
 
-
-def _nag(value: str, pseudo: str) -> str:
-    """How cdk-nag spells a stack attribute in a finding: the literal, or ``<AWS::Pseudo>`` when unresolved."""
-    return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value

@@ -19,6 +19,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "summary": "gennstack.summary",
     "diagram": "gennstack.diagram",
     "bench": "gennstack.bench.cli",
+    "gateway": "gennstack.gateway.cli",
 }
 
 

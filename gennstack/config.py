@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, StrictModel
 from gennstack.instances import INSTANCE_TYPES, family
+from gennstack.gateway.config import GatewayConfig
 from gennstack.serving.config import ServingConfig
 
 __all__ = [
@@ -339,6 +340,8 @@ class GenNStackConfig(StrictModel):
     interruptions: InterruptionConfig = InterruptionConfig()
     # The model servers (gennstack.serving.config; docs/serving.md).
     serving: ServingConfig = ServingConfig()
+    # The OpenAI-compatible front door (gennstack.gateway.config; docs/gateway.md).
+    gateway: GatewayConfig = GatewayConfig()
 
     @field_validator("account")
     @classmethod
@@ -387,6 +390,12 @@ class GenNStackConfig(StrictModel):
         from gennstack.serving.values import check_fits  # imports this module: load at call time
 
         check_fits(self.generations, self.serving)
+        from gennstack.gateway.config import routing_table
+
+        try:
+            routing_table(self.gateway, set(self.generations.enabled()))
+        except ValueError as exc:
+            raise ConfigError(f"gateway: {exc}") from None
         return self
 
 

@@ -59,6 +59,7 @@ def mermaid(template: dict[str, Any]) -> str:
         lines.append("  VPC -.->|flow logs| LOGS")
     clusters = [r["Properties"] for r in resources.values() if r.get("Type") == "AWS::EKS::Cluster"]
     if clusters:
+        # by chart name; the repo's own charts (assets, no chart name) by release
         charts = {
             r["Properties"].get("Chart") or r["Properties"].get("Release"): r["Properties"].get("Version")
             for r in resources.values()
@@ -95,6 +96,11 @@ def mermaid(template: dict[str, Any]) -> str:
             "  SQS --> KARP",
             "  EKS -.->|nodes and pods| PRIV",
         ]
+        if "gennstack-gateway" in charts:
+            lines += [
+                '  APPS["apps (OpenAI API, API key)"] --> NLB["NLB"] --> GW["Envoy AI Gateway<br/>route by model, 80/20 split,<br/>failover, rate limits"]',
+                "  GW --> EKS",
+            ]
         if any(k.startswith("InterruptionHandlerFunction") for k in resources):
             lines += [
                 '  EB --> IH["interruption handler (Lambda)"]',

@@ -65,6 +65,13 @@ NVIDIA_DEVICE_PLUGIN = Chart("nvidia-device-plugin", "https://nvidia.github.io/k
 KUBERAY_OPERATOR = Chart("kuberay-operator", "https://ray-project.github.io/kuberay-helm/", "1.7.0")
 AWS_LOAD_BALANCER_CONTROLLER = Chart("aws-load-balancer-controller", "https://aws.github.io/eks-charts", "3.5.0")
 METRICS_SERVER = Chart("metrics-server", "https://kubernetes-sigs.github.io/metrics-server/", "3.14.0")
+# The gateway: Envoy AI Gateway v1.1.0 is built and tested against Envoy Gateway v1.8.x (which ships
+# Gateway API v1.5.1); Envoy Gateway v1.9 changes the xDS the AI Gateway's extension server patches.
+ENVOY_GATEWAY = Chart("gateway-helm", "oci://docker.io/envoyproxy/gateway-helm", "v1.8.3")
+AI_GATEWAY_CRDS = Chart("ai-gateway-crds-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm", "v1.1.0")
+AI_GATEWAY = Chart("ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-helm", "v1.1.0")
+# Syncs the gateway's API keys (and Langfuse keys) from Secrets Manager into Kubernetes Secrets.
+EXTERNAL_SECRETS = Chart("external-secrets", "https://charts.external-secrets.io", "2.9.0")
 
 CHARTS: tuple[Chart, ...] = (
     KARPENTER_CRD,
@@ -74,4 +81,8 @@ CHARTS: tuple[Chart, ...] = (
     KUBERAY_OPERATOR,
     AWS_LOAD_BALANCER_CONTROLLER,
     METRICS_SERVER,
+    ENVOY_GATEWAY,
+    AI_GATEWAY_CRDS,
+    AI_GATEWAY,
+    EXTERNAL_SECRETS,
 )

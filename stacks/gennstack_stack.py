@@ -9,6 +9,7 @@ from aws_cdk import CfnOutput, Fn, Stack, Tags
 from constructs import Construct  # the library; the repo's constructs/ folder merges into it
 from constructs.access_logs import AccessLogBucket
 from constructs.cluster import Cluster
+from constructs.gateway import Gateway
 from constructs.interruption_handler import InterruptionHandler
 from constructs.karpenter import Karpenter
 from constructs.load_balancer_controller import LoadBalancerController
@@ -85,6 +86,9 @@ class GenNStack(Stack):
         )
         # Its Role lives in the serving namespace, which the serving chart creates.
         self.interruption_handler.rbac.node.add_dependency(self.serving.chart)
+        self.gateway = Gateway(self, "Gateway", cluster=self.cluster.cluster, config=config, gateway=config.gateway)
+        # The NLB comes from the Load Balancer Controller; the routes point at the serving Services.
+        self.gateway.node.add_dependency(self.load_balancer_controller, self.serving.chart)
 
         for output_id, value, description in (
             ("ClusterName", self.cluster.cluster.cluster_name, "EKS cluster (aws eks update-kubeconfig --name ...)"),
@@ -92,6 +96,7 @@ class GenNStack(Stack):
             ("CompileCacheBucketName", self.model_storage.compile_cache_bucket.bucket_name, "Neuron compile cache"),
             ("HuggingFaceTokenSecretArn", self.serving.hf_token.secret_arn, "Put the Hugging Face token here"),
             ("InterruptionDeadLetterQueueUrl", self.interruption_handler.dead_letter_queue.queue_url, "Failed events"),
+            ("GatewayApiKeysSecretArn", self.gateway.api_keys_secret.secret_arn, "Client API keys (JSON {client: key})"),
         ):
             CfnOutput(self, output_id, value=value, description=description)
 

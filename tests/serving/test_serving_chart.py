@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import jsonschema
 import pytest

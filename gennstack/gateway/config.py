@@ -1,0 +1,363 @@
+"""The gateway's typed config section and the routing table built from it.
+
+``GatewayConfig`` is one section of the GenNStack config (the lead wires it into
+``GenNStackConfig``); :func:`routing_table` turns it, plus the set of enabled generations, into
+the one :class:`RoutingTable` that both the cluster chart (``gennstack.gateway.values``) and the
+local Envoy (``gennstack.gateway.local``) are built from, so the two cannot disagree on which
+model name goes where.
+
+Vocabulary (the Envoy AI Gateway's):
+
+* a **model** is a name clients send in the request body's ``"model"`` and the name the server
+  behind it serves (vLLM ``--served-model-name``);
+* a **backend** is one model server (a Kubernetes Service in the serving namespace);
+* a **route** matches one model name (the ``x-ai-eg-model`` header the AI Gateway derives from
+  the body) and sends it to one or more backends with a ``weight`` (traffic split among backends of
+  the same priority) and a ``priority`` (0 serves; 1, 2, ... take over only when every backend of
+  the lower numbers is failing). An **alias** (``gennstack-default``) is a route whose backends
+  serve other model names: the gateway rewrites the body's ``model`` to the backend's own name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gennstack.config_base import GENERATION_NAMES, FieldError, StrictModel
+
+__all__ = [
+    "AliasTarget",
+    "GatewayConfig",
+    "LangfuseConfig",
+    "LoadBalancerConfig",
+    "ModelBackend",
+    "RateLimitConfig",
+    "ResilienceConfig",
+    "Route",
+    "RouteBackend",
+    "RoutingTable",
+    "routing_table",
+]
+
+# The AI Gateway allows 15 rules per AIGatewayRoute; GenNStack renders one route with one rule per
+# model name, so at most 15 model names and aliases together.
+MAX_ROUTES = 15
+_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_ACM_ARN_RE = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]{36}$")
+_SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_DURATION_LIMITS = (1, 3600)
+
+Generation = Literal["inf2", "trn2", "g6e"]
+
+
+class ModelBackend(StrictModel):
+    """A model name and the server that serves it (one Service in ``serving_namespace``)."""
+
+    generation: Generation
+    service: str
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+
+    @field_validator("service")
+    @classmethod
+    def _service(cls, value: str) -> str:
+        if not _DNS_LABEL_RE.match(value):
+            raise ValueError("must be a Kubernetes Service name (lowercase letters, digits, '-', at most 63)")
+        return value
+
+
+class AliasTarget(StrictModel):
+    """One backend of an alias: a model name from ``models``, its share and its failover order."""
+
+    model: str
+    # Share of the alias's traffic among the targets of the same priority (relative, like Envoy's).
+    weight: Annotated[int, Field(ge=0, le=1000)] = 1
+    # 0 serves; a higher number takes over only when every target of the lower numbers fails.
+    priority: Annotated[int, Field(ge=0, le=7)] = 0
+
+
+class ResilienceConfig(StrictModel):
+    """Failover, health checks and timeouts (Envoy Gateway ``BackendTrafficPolicy`` and the route)."""
+
+    # Retries after the first attempt (each may go to another backend: connect failures,
+    # resets and the status codes below).
+    retries: Annotated[int, Field(ge=0, le=10)] = 3
+    # Attempts at one priority before the next priority is tried (Envoy's previous_priorities).
+    attempts_per_priority: Annotated[int, Field(ge=1, le=10)] = 1
+    retry_on_status: tuple[int, ...] = (502, 503, 504)
+    # No byte for this long on a stream: Envoy resets it; before the first token that is a retry
+    # on the next backend, after it the client sees the stream end early.
+    stream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 30
+    # Whole request, streaming included (long generations take minutes); also bounds each attempt,
+    # since Envoy's per-try timeout covers the whole response and must not cut a long stream.
+    request_timeout_s: Annotated[int, Field(ge=1, le=86400)] = 900
+    health_path: str = "/health"
+    health_interval_s: Annotated[int, Field(ge=1, le=300)] = 5
+    unhealthy_threshold: Annotated[int, Field(ge=1, le=10)] = 2
+    healthy_threshold: Annotated[int, Field(ge=1, le=10)] = 1
+    # Passive health checking (outlier ejection).
+    consecutive_5xx: Annotated[int, Field(ge=1, le=100)] = 5
+    consecutive_gateway_errors: Annotated[int, Field(ge=1, le=100)] = 3
+    base_ejection_time_s: Annotated[int, Field(ge=1, le=3600)] = 30
+
+    @field_validator("retry_on_status")
+    @classmethod
+    def _statuses(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        bad = [code for code in value if not 500 <= code <= 599]
+        if bad:
+            raise ValueError(f"{bad} are not 5xx status codes; retrying a 4xx repeats a client error")
+        return value
+
+    @field_validator("health_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value):
+            raise ValueError("must be an absolute URL path such as '/health'")
+        return value
+
+    @model_validator(mode="after")
+    def _timeouts(self) -> ResilienceConfig:
+        if self.stream_idle_timeout_s > self.request_timeout_s:
+            raise FieldError("stream_idle_timeout_s", self.stream_idle_timeout_s, f"at most request_timeout_s ({self.request_timeout_s})")
+        return self
+
+
+class RateLimitConfig(StrictModel):
+    """Per-client limits. In the cluster: Envoy Gateway's global rate limit on Redis, keyed by the
+    client id the API-key check forwards; tokens are counted by the AI Gateway (``llmRequestCosts``)."""
+
+    enabled: bool = True
+    # Total (input + output) tokens per client per hour; 0: no token limit.
+    tokens_per_hour: Annotated[int, Field(ge=0, le=10**12)] = 2_000_000
+    # Requests per client per minute; 0: no request limit.
+    requests_per_minute: Annotated[int, Field(ge=0, le=10**7)] = 600
+
+
+class LoadBalancerConfig(StrictModel):
+    """The NLB in front of the Envoy proxies (AWS Load Balancer Controller)."""
+
+    # internal: reachable from the VPC (and peered networks) only.
+    scheme: Literal["internal", "internet-facing"] = "internal"
+    # ACM certificate: the NLB terminates TLS on 443. Required for internet-facing (API keys
+    # must not cross the Internet in clear text).
+    certificate_arn: str | None = None
+    # Client CIDRs allowed through the NLB's security group; empty: the VPC for internal,
+    # nobody is let through by default for internet-facing (so it must be set).
+    allowed_cidrs: tuple[str, ...] = ()
+
+    @field_validator("certificate_arn")
+    @classmethod
+    def _arn(cls, value: str | None) -> str | None:
+        if value is not None and not _ACM_ARN_RE.match(value):
+            raise ValueError("must be an ACM certificate ARN (arn:aws:acm:REGION:ACCOUNT:certificate/UUID)")
+        return value
+
+    @field_validator("allowed_cidrs")
+    @classmethod
+    def _cidrs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        import ipaddress
+
+        for cidr in value:
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{cidr!r} is not a CIDR block ({exc})") from None
+        return value
+
+    @model_validator(mode="after")
+    def _public_needs_tls(self) -> LoadBalancerConfig:
+        if self.scheme == "internet-facing":
+            if self.certificate_arn is None:
+                raise FieldError("certificate_arn", None, "an ACM certificate ARN when scheme is internet-facing")
+            if not self.allowed_cidrs:
+                raise FieldError("allowed_cidrs", [], "the client CIDRs to let in when scheme is internet-facing")
+        return self
+
+
+class LangfuseConfig(StrictModel):
+    """Traces to Langfuse over OTLP/HTTP from the AI Gateway's external processor. Off by default."""
+
+    enabled: bool = False
+    # Langfuse's OTLP endpoint (cloud EU shown; US: https://us.cloud.langfuse.com/api/public/otel,
+    # self-hosted: https://<host>/api/public/otel).
+    endpoint: str = "https://cloud.langfuse.com/api/public/otel"
+    # Secrets Manager secret (name) holding JSON {"public_key": "pk-lf-...", "secret_key": "sk-lf-..."}.
+    secret_name: str | None = None
+    # Fraction of requests traced.
+    sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~/-]*)?", value):
+            raise ValueError("must be an https:// URL such as https://cloud.langfuse.com/api/public/otel")
+        return value
+
+    @field_validator("secret_name")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and not _SECRET_NAME_RE.match(value):
+            raise ValueError("must be a Secrets Manager secret name (letters, digits, /_+=.@-)")
+        return value
+
+    @model_validator(mode="after")
+    def _needs_secret(self) -> LangfuseConfig:
+        if self.enabled and self.secret_name is None:
+            raise FieldError("secret_name", None, "the Secrets Manager secret with the Langfuse keys when enabled")
+        return self
+
+
+_DEFAULT_MODELS = {
+    "llama-3-70b-instruct": ModelBackend(generation="inf2", service="gen1-inf2-serve-svc"),
+    "llama-4-maverick": ModelBackend(generation="trn2", service="gen2-trn2"),
+    "gpt-oss-20b": ModelBackend(generation="g6e", service="gen3-g6e"),
+}
+_DEFAULT_ALIASES = {
+    "gennstack-default": (
+        AliasTarget(model="gpt-oss-20b", weight=80),
+        AliasTarget(model="llama-4-maverick", weight=20),
+        AliasTarget(model="llama-3-70b-instruct", priority=1),
+    ),
+}
+
+
+class GatewayConfig(StrictModel):
+    """The one OpenAI-compatible front door: which model names go where, and how it protects them."""
+
+    # Namespace of the project chart (Gateway, routes, policies, Redis).
+    namespace: str = "gennstack-gateway"
+    # Namespace of the model servers' Services (the serving chart's).
+    serving_namespace: str = "gennstack-serving"
+    models: dict[str, ModelBackend] = Field(default_factory=lambda: dict(_DEFAULT_MODELS))
+    aliases: dict[str, tuple[AliasTarget, ...]] = Field(default_factory=lambda: dict(_DEFAULT_ALIASES))
+    # Per model: other model names that take over, in order, when it fails (priority 1, 2, ...).
+    fallbacks: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    resilience: ResilienceConfig = ResilienceConfig()
+    rate_limit: RateLimitConfig = RateLimitConfig()
+    # Largest request body (long prompts); Envoy Gateway's default of 32 KiB is far too small.
+    max_request_mib: Annotated[int, Field(ge=1, le=512)] = 50
+    load_balancer: LoadBalancerConfig = LoadBalancerConfig()
+    # Secrets Manager secret (name) with the client API keys as JSON {"client-id": "key", ...}.
+    # Unset: the stack creates one with a generated key for client "default".
+    api_keys_secret_name: str | None = None
+    langfuse: LangfuseConfig = LangfuseConfig()
+    envoy_replicas: Annotated[int, Field(ge=1, le=20)] = 2
+
+    @field_validator("namespace", "serving_namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _DNS_LABEL_RE.match(value):
+            raise ValueError("must be a Kubernetes namespace name (lowercase letters, digits, '-')")
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _models(cls, value: dict[str, ModelBackend]) -> dict[str, ModelBackend]:
+        if not value:
+            raise ValueError("must name at least one model")
+        for name in value:
+            if not _MODEL_NAME_RE.match(name):
+                raise ValueError(f"model name {name!r} must be 1-128 of letters, digits and ._:/-")
+        return value
+
+    @field_validator("api_keys_secret_name")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and not _SECRET_NAME_RE.match(value):
+            raise ValueError("must be a Secrets Manager secret name (letters, digits, /_+=.@-)")
+        return value
+
+    @model_validator(mode="after")
+    def _references(self) -> GatewayConfig:
+        for alias, targets in self.aliases.items():
+            if not _MODEL_NAME_RE.match(alias):
+                raise FieldError(f"aliases.{alias}", alias, "1-128 of letters, digits and ._:/-")
+            if alias in self.models:
+                raise FieldError(f"aliases.{alias}", alias, "a name that is not also in models")
+            if not targets:
+                raise FieldError(f"aliases.{alias}", [], "at least one target")
+            seen = [t.model for t in targets]
+            for target in targets:
+                if target.model not in self.models:
+                    raise FieldError(f"aliases.{alias}", target.model, f"a model from models: {sorted(self.models)}")
+            if len(set(seen)) != len(seen):
+                raise FieldError(f"aliases.{alias}", seen, "each model at most once")
+            if not any(t.weight > 0 for t in targets if t.priority == min(x.priority for x in targets)):
+                raise FieldError(f"aliases.{alias}", [t.model_dump() for t in targets],
+                                 "a target with weight > 0 at the lowest priority")
+        for model, others in self.fallbacks.items():
+            if model not in self.models:
+                raise FieldError(f"fallbacks.{model}", model, f"a model from models: {sorted(self.models)}")
+            for other in others:
+                if other not in self.models or other == model:
+                    raise FieldError(f"fallbacks.{model}", other, "another model from models")
+            if len(set(others)) != len(others):
+                raise FieldError(f"fallbacks.{model}", list(others), "each model at most once")
+        if len(self.models) + len(self.aliases) > MAX_ROUTES:
+            raise FieldError("aliases", len(self.models) + len(self.aliases),
+                             f"at most {MAX_ROUTES} model names and aliases together (AI Gateway rules per route)")
+        return self
+
+
+# ---- the routing table ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteBackend:
+    """One backend of a route: which server, its split weight, its failover priority, and the model
+    name that server serves (written into the request body when it differs from the route's)."""
+
+    backend: str  # the serving model's name, also the AIServiceBackend/Backend name suffix
+    weight: int
+    priority: int
+    served_model: str
+
+
+@dataclass(frozen=True)
+class Route:
+    model: str
+    backends: tuple[RouteBackend, ...]
+
+
+@dataclass(frozen=True)
+class RoutingTable:
+    """Routes in a fixed order (models first, as configured, then aliases) and the backends they use."""
+
+    routes: tuple[Route, ...]
+    backends: dict[str, ModelBackend]
+
+    def route(self, model: str) -> Route:
+        return next(r for r in self.routes if r.model == model)
+
+
+def _compact(targets: list[tuple[str, int, int]]) -> tuple[RouteBackend, ...]:
+    """Renumber priorities 0, 1, 2... (a disabled generation can leave a gap or an empty 0)."""
+    levels = sorted({p for _, _, p in targets})
+    rank = {p: i for i, p in enumerate(levels)}
+    return tuple(RouteBackend(backend=m, weight=w, priority=rank[p], served_model=m) for m, w, p in targets)
+
+
+def routing_table(gateway: GatewayConfig, enabled_generations: set[str] | frozenset[str] = frozenset(GENERATION_NAMES)) -> RoutingTable:
+    """The routes for the models of enabled generations only.
+
+    A model whose generation is disabled loses its route and disappears from aliases and
+    fallbacks; an alias left with no target is dropped; priorities are renumbered from 0.
+    """
+    unknown = set(enabled_generations) - set(GENERATION_NAMES)
+    if unknown:
+        raise ValueError(f"unknown generation(s) {sorted(unknown)}; allowed: {list(GENERATION_NAMES)}")
+    live = {name: b for name, b in gateway.models.items() if b.generation in enabled_generations}
+    routes: list[Route] = []
+    for model in live:
+        chain = [(model, 1, 0)] + [(other, 1, i + 1) for i, other in enumerate(gateway.fallbacks.get(model, ())) if other in live]
+        routes.append(Route(model=model, backends=_compact(chain)))
+    for alias, targets in gateway.aliases.items():
+        kept = [(t.model, t.weight, t.priority) for t in targets if t.model in live]
+        # a priority level whose weights are all 0 would serve nothing
+        kept = [k for k in kept if k[1] > 0]
+        if kept:
+            routes.append(Route(model=alias, backends=_compact(kept)))
+    return RoutingTable(routes=tuple(routes), backends=live)

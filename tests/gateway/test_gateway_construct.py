@@ -1,0 +1,167 @@
+"""The Gateway construct synthesized in a test stack (the project's network and EKS cluster, the
+app's cdk.json feature flags) with cdk-nag's AwsSolutions checks attached: no unacknowledged
+finding, pinned charts, least-privilege access to the secrets, no secret in the template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support import ROOT  # noqa: F401  (sets JSII_NODE before aws_cdk loads)
+
+pytestmark = pytest.mark.slow
+
+LANGFUSE = "prod/langfuse"
+VARIANT = {
+    "api_keys_secret_name": "prod/gateway-keys",
+    "langfuse": {"enabled": True, "secret_name": LANGFUSE},
+    "load_balancer": {"scheme": "internet-facing", "allowed_cidrs": ["203.0.113.0/24"],
+                      "certificate_arn": "arn:aws:acm:us-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012"},
+}
+
+
+def _tuples(value):
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def synth(outdir: Path, gateway_data: dict, generations: dict | None = None) -> dict:
+    from aws_cdk import App, Stack, Validations
+    from cdk_nag import AwsSolutionsChecks
+
+    from app import cdk_json_context
+    from constructs.access_logs import AccessLogBucket
+    from constructs.cluster import Cluster
+    from constructs.gateway import Gateway
+    from constructs.network import Network
+    from gennstack.config import load_config
+    from gennstack.gateway.config import GatewayConfig
+
+    context = cdk_json_context()
+    app = App(context=context, outdir=str(outdir))
+    config = load_config({**context["gennstack"], **({"generations": generations} if generations else {})})
+    stack = Stack(app, "GatewayTest")
+    logs = AccessLogBucket(stack, "AccessLogs", expiry_days=30)
+    network = Network(stack, "Network", config=config.network, cluster_name=config.cluster_name, flow_log_bucket=logs.bucket)
+    cluster = Cluster(stack, "Eks", config=config.cluster, cluster_name=config.cluster_name, vpc=network.vpc,
+                      private_subnets=network.private_subnets)
+    Gateway(stack, "Gateway", cluster=cluster.cluster, config=config, gateway=GatewayConfig.model_validate(_tuples(gateway_data)))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app, write_suppressions_to_cloud_formation=True))
+    app.synth()  # raises on any unacknowledged cdk-nag finding
+    report = outdir / "validation-report.json"
+    if report.exists():
+        for plugin in json.loads(report.read_text())["pluginReports"]:
+            assert plugin["violations"] == [], plugin["violations"]
+    return json.loads((outdir / "GatewayTest.template.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> dict:
+    return synth(tmp_path_factory.mktemp("gateway-default"), {})
+
+
+@pytest.fixture(scope="module")
+def variant(tmp_path_factory) -> dict:
+    return synth(tmp_path_factory.mktemp("gateway-variant"), VARIANT, {"inf2": {"enabled": False}})
+
+
+def _resources(template: dict, kind: str) -> dict[str, dict]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def _charts(template: dict) -> dict[str, dict]:
+    return {c["Properties"]["Release"]: c["Properties"] for c in _resources(template, "Custom::AWSCDK-EKS-HelmChart").values()}
+
+
+def _values(chart: dict) -> dict:
+    values = chart["Values"]
+    if isinstance(values, dict):
+        values = "".join(part if isinstance(part, str) else "TOKEN" for part in values["Fn::Join"][1])
+    return json.loads(values)
+
+
+def test_upstream_charts_pinned_together(template) -> None:
+    from gennstack import versions
+
+    charts = _charts(template)
+    for chart in (versions.ENVOY_GATEWAY, versions.AI_GATEWAY_CRDS, versions.AI_GATEWAY, versions.EXTERNAL_SECRETS):
+        assert (charts[chart.name]["Chart"], charts[chart.name]["Repository"], charts[chart.name]["Version"]) == (
+            chart.name, chart.repository, chart.version)
+    assert versions.ENVOY_GATEWAY.version.startswith("v1.8.") and versions.AI_GATEWAY.version == "v1.1.0"
+    project = charts["gennstack-gateway"]
+    assert "ChartAssetURL" in project and project["Namespace"] == "gennstack-gateway"
+
+
+def test_envoy_gateway_values_what_the_ai_gateway_needs(template) -> None:
+    values = _values(_charts(template)["gateway-helm"])["config"]["envoyGateway"]
+    assert values["extensionApis"]["enableBackend"] is True
+    assert values["extensionManager"]["service"]["fqdn"] == {
+        "hostname": "ai-gateway-controller.envoy-ai-gateway-system.svc.cluster.local", "port": 1063}
+    assert values["extensionManager"]["hooks"]["xdsTranslator"]["post"] == ["Translation", "Cluster", "Route"]
+    assert values["rateLimit"]["backend"] == {"type": "Redis", "redis": {
+        "url": "gennstack-gateway-redis.gennstack-gateway.svc.cluster.local:6379"}}
+    assert _values(_charts(template)["ai-gateway-helm"])["controller"]["fullnameOverride"] == "ai-gateway-controller"
+
+
+def test_project_chart_values_come_from_values_py(template, variant) -> None:
+    from gennstack.gateway.config import GatewayConfig, routing_table
+    from gennstack.gateway.values import gateway_chart_values
+
+    values = _values(_charts(template)["gennstack-gateway"])
+    expected = gateway_chart_values(GatewayConfig(), routing_table(GatewayConfig()), region="TOKEN",
+                                    api_keys_secret_name="TOKEN")
+    assert {k: v for k, v in values.items() if k not in ("nodeSelector", "tolerations")} == {
+        k: v for k, v in expected.items() if k not in ("nodeSelector", "tolerations")}
+    assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
+    # inf2 disabled in the variant: no llama-3-70b-instruct route or backend
+    variant_values = _values(_charts(variant)["gennstack-gateway"])
+    assert [b["name"] for b in variant_values["backends"]] == ["llama-4-maverick", "gpt-oss-20b"]
+    assert "llama-3-70b-instruct" not in json.dumps(variant_values["routes"])
+    assert variant_values["apiKeys"]["remoteSecretName"] == "prod/gateway-keys"
+    assert variant_values["langfuse"]["remoteSecretName"] == LANGFUSE
+
+
+def _secret_policy(template: dict) -> list[dict]:
+    statements = []
+    for policy in _resources(template, "AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if any(a.startswith("secretsmanager:") for a in actions):
+                statements.append(statement)
+    return statements
+
+
+def test_external_secrets_reads_only_the_gateway_secrets(template, variant) -> None:
+    (statement,) = _secret_policy(template)
+    assert statement["Action"] == "secretsmanager:GetSecretValue"
+    (secret_id,) = _resources(template, "AWS::SecretsManager::Secret")
+    assert statement["Resource"] == {"Ref": secret_id}  # the generated secret's full ARN
+    (statement,) = _secret_policy(variant)
+    resources = json.dumps(statement["Resource"])
+    assert statement["Action"] == "secretsmanager:GetSecretValue"
+    assert ":secret:prod/gateway-keys-??????" in resources and f":secret:{LANGFUSE}-??????" in resources
+    assert "*" not in resources
+    associations = _resources(template, "AWS::EKS::PodIdentityAssociation")
+    assert [(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]) for a in associations.values()] == [
+        ("external-secrets", "external-secrets")]
+
+
+def test_generated_api_key_never_in_the_template(template) -> None:
+    (secret,) = _resources(template, "AWS::SecretsManager::Secret").values()
+    generate = secret["Properties"]["GenerateSecretString"]
+    assert generate["GenerateStringKey"] == "default" and generate["PasswordLength"] == 48
+    assert "SecretString" not in secret["Properties"]
+
+
+def test_chart_order(template) -> None:
+    charts = {k: v for k, v in _resources(template, "Custom::AWSCDK-EKS-HelmChart").items()}
+    by_release = {v["Properties"]["Release"]: k for k, v in charts.items()}
+    project = charts[by_release["gennstack-gateway"]]
+    for upstream in ("gateway-helm", "ai-gateway-helm", "ai-gateway-crds-helm", "external-secrets"):
+        assert by_release[upstream] in project["DependsOn"]
+    assert by_release["ai-gateway-crds-helm"] in charts[by_release["ai-gateway-helm"]]["DependsOn"]
