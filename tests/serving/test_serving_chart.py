@@ -447,3 +447,11 @@ def test_chart_keys_match_storage_layout_for_custom_values() -> None:
     assert env(sync)["COMPILE_PREFIX"] == compile_cache_prefix(neuron_sdk="2.99.0", model_id="acme/llm-70b", revision="r1",
                                                                parallelism="tp16-seqs8-len8192")
     assert env(server_container(spec))["NEURON_COMPILED_ARTIFACTS"] == "/cache/compiled/neuron-2.99.0/acme/llm-70b/r1/tp16-seqs8-len8192"
+
+
+def test_vllm_services_are_headless_so_the_gateway_sees_each_replica(rendered_all) -> None:
+    """Envoy's health checks and outlier ejection act per host: a ClusterIP would be one host."""
+    services = [d for d in rendered_all if d["kind"] == "Service" and d["metadata"]["name"] in ("gen2-trn2", "gen3-g6e")]
+    assert {s["metadata"]["name"] for s in services} == {"gen2-trn2", "gen3-g6e"}
+    for service in services:
+        assert service["spec"]["clusterIP"] == "None"
