@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import stat
 import subprocess
 import tarfile
@@ -62,3 +63,31 @@ def render(chart: Path, values: dict[str, Any] | None = None, *, namespace: str 
 def lint(chart: Path, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
     """``helm lint --strict``; the caller asserts on returncode (output in stdout/stderr)."""
     return run("lint", "--strict", str(chart), values=values)
+
+
+def undocumented_values(values_yaml: Path) -> list[str]:
+    """Keys of a chart's values.yaml without a ``# --`` comment (helm-docs' convention).
+
+    A key is documented by a ``# --`` comment above it (other comment lines may sit between), or by
+    being inside a documented key (``resources.requests.cpu`` under a documented ``resources``); a
+    key that only groups other keys needs none of its own.
+    """
+    lines = values_yaml.read_text(encoding="utf-8").splitlines()
+    undocumented: list[str] = []
+    covered_indent: int | None = None
+    for i, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z][\w-]*):(.*)$", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        if covered_indent is not None and indent > covered_indent:
+            continue
+        covered_indent = None
+        j = i - 1
+        while j >= 0 and lines[j].lstrip().startswith("#") and not lines[j].lstrip().startswith("# --"):
+            j -= 1
+        if j >= 0 and lines[j].lstrip().startswith("# --"):
+            covered_indent = indent
+        elif match.group(3).strip():
+            undocumented.append(line.strip())
+    return undocumented

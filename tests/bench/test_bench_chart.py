@@ -19,6 +19,7 @@ import yaml
 
 from gennstack.bench.cli import config_from_args
 from tests.helm import binary as helm_binary
+from tests.helm import undocumented_values
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "assets" / "charts" / "gennstack-bench"
@@ -140,26 +141,7 @@ def test_every_value_is_documented_and_in_the_schema() -> None:
     jsonschema.validate(values, schema)  # the defaults themselves pass
     # helm-docs' rule: a key needs a "# --" comment right above it, unless it is a group of
     # documented keys, or sits inside a documented key (resources.requests.cpu under resources)
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    undocumented, covered_indent = [], None
-    for i, line in enumerate(lines):
-        match = re.match(r"^(\s*)([A-Za-z][\w]*):(.*)$", line)
-        if not match:
-            continue
-        indent = len(match.group(1))
-        if covered_indent is not None and indent > covered_indent:
-            continue
-        covered_indent = None
-        j = i - 1
-        while j >= 0 and lines[j].lstrip().startswith("#") and not lines[j].lstrip().startswith("# --"):
-            j -= 1
-        documented = j >= 0 and lines[j].lstrip().startswith("# --")
-        is_group = match.group(3).strip() == "" and not documented
-        if documented:
-            covered_indent = indent
-        elif not is_group:
-            undocumented.append(line.strip())
-    assert undocumented == []
+    assert undocumented_values(CHART / "values.yaml") == []
 
 
 def test_dockerfile_installs_what_the_tool_imports() -> None:

@@ -14,6 +14,7 @@ import yaml
 
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.values import backend_object_name, gateway_chart_values, redis_url
+from tests.helm import undocumented_values
 from tests.k8s_schema import crd_dir, validate
 
 pytestmark = pytest.mark.slow
@@ -271,22 +272,4 @@ def test_values_yaml_is_the_default_config_and_documented() -> None:
     for key in ("backends", "routes", "resilience", "rateLimit", "bufferLimit", "langfuse", "redis"):
         assert values[key] == built[key], key
     jsonschema.validate(built, schema)
-    lines = (CHART / "values.yaml").read_text().splitlines()
-    undocumented, covered_indent = [], None
-    for i, line in enumerate(lines):
-        match = re.match(r"^(\s*)([A-Za-z][\w]*):(.*)$", line)
-        if not match:
-            continue
-        indent = len(match.group(1))
-        if covered_indent is not None and indent > covered_indent:
-            continue
-        covered_indent = None
-        j = i - 1
-        while j >= 0 and lines[j].lstrip().startswith("#") and not lines[j].lstrip().startswith("# --"):
-            j -= 1
-        documented = j >= 0 and lines[j].lstrip().startswith("# --")
-        if documented:
-            covered_indent = indent
-        elif match.group(3).strip() != "":
-            undocumented.append(line.strip())
-    assert undocumented == []
+    assert undocumented_values(CHART / "values.yaml") == []

@@ -283,9 +283,15 @@ def test_killing_a_backend_mid_load_fails_over(mock_backends) -> None:
           f"hung={sum(o.hung for o in outcomes)} in {elapsed:.1f}s")
     assert killed.is_set()
     assert not [o for o in outcomes if o.hung]
-    assert errors == [], Counter((o.status, json.dumps(o.error)) for o in errors)
-    assert len(succeeded) + len(interrupted) == sent
+    # The documented outcome for a request with no backend left to try is a clean 503/504 with an
+    # OpenAI-style error body (docs/gateway.md); anything else (a reset, a bare 5xx) is a failure.
+    unclean = [o for o in errors if o.status not in (503, 504) or not o.error]
+    assert unclean == [], Counter((o.status, json.dumps(o.error)) for o in unclean)
+    assert len(succeeded) + len(interrupted) + len(errors) == sent
     assert len(interrupted) <= concurrency  # only streams in flight on the primary when it died
+    # Failover works: after the kill, requests complete on the fallback rather than erroring out.
+    assert len(failed_over) >= sent - kill_after - concurrency - len(errors)
+    assert len(errors) <= concurrency
     assert len(failed_over) >= sent - kill_after - concurrency
     assert all(o.model == "fallback" for o in failed_over)  # the fallback got its own model name
 

@@ -190,26 +190,7 @@ def test_every_value_is_documented_and_the_defaults_pass_the_schema() -> None:
     text = (CHART / "values.yaml").read_text()
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.validate(yaml.safe_load(text), schema)
-    lines = text.splitlines()
-    undocumented, covered = [], None
-    for i, line in enumerate(lines):
-        match = re.match(r"^(\s*)([A-Za-z][\w-]*):(.*)$", line)
-        if not match:
-            continue
-        indent = len(match.group(1))
-        if covered is not None and indent > covered:
-            continue
-        covered = None
-        j = i - 1
-        while j >= 0 and lines[j].lstrip().startswith("#") and not lines[j].lstrip().startswith("# --"):
-            j -= 1
-        documented = j >= 0 and lines[j].lstrip().startswith("# --")
-        if documented:
-            covered = indent
-        elif match.group(3).strip():
-            undocumented.append(line.strip())
-    assert undocumented == []
-
+    assert helm.undocumented_values(CHART / "values.yaml") == []
 
 def test_neuron_sdk_version_is_mirrored_in_python() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
