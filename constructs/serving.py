@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
@@ -17,6 +18,7 @@ from gennstack.config import GenNStackConfig
 from gennstack.serving.values import serving_values
 
 CHART_DIR = Path(__file__).resolve().parent.parent / "assets" / "charts" / "gennstack-serving"
+INF2_IMAGE_DIR = Path(__file__).resolve().parent.parent / "assets" / "images" / "inf2-ray-serve"
 SERVING_SERVICE_ACCOUNT = "gennstack-serving"
 STAGING_SERVICE_ACCOUNT = "gennstack-staging"
 
@@ -74,6 +76,24 @@ class Serving(Construct):
                 ("Staging", self.staging_role, STAGING_SERVICE_ACCOUNT),
             )
         ]
+        values = serving_values(
+            config,
+            config.serving,
+            models_bucket=storage.models_bucket.bucket_name,
+            compile_cache_bucket=storage.compile_cache_bucket.bucket_name,
+            region=Aws.REGION,
+            hf_token_secret=self.hf_token.secret_arn,
+            serving_service_account=SERVING_SERVICE_ACCOUNT,
+            staging_service_account=STAGING_SERVICE_ACCOUNT,
+        )
+        # KubeRay needs Ray in every gen1-inf2 pod; the Neuron vLLM DLC has none. CDK builds the DLC
+        # plus Ray Serve at deploy time (Docker on the deploying machine) unless config names an image.
+        self.inf2_image: ecr_assets.DockerImageAsset | None = None
+        if config.generations.inf2.enabled and config.serving.inf2.image is None:
+            self.inf2_image = ecr_assets.DockerImageAsset(
+                self, "Inf2RayServeImage", directory=str(INF2_IMAGE_DIR), platform=ecr_assets.Platform.LINUX_AMD64
+            )
+            values["inf2"]["image"] = self.inf2_image.image_uri
         self.chart = eks.HelmChart(
             self,
             "Chart",
@@ -81,16 +101,7 @@ class Serving(Construct):
             chart_asset=s3_assets.Asset(self, "ChartAsset", path=str(CHART_DIR), exclude=["**/__pycache__", "**/*.pyc", ".*~"]),
             namespace=namespace,
             release="gennstack-serving",
-            values=serving_values(
-                config,
-                config.serving,
-                models_bucket=storage.models_bucket.bucket_name,
-                compile_cache_bucket=storage.compile_cache_bucket.bucket_name,
-                region=Aws.REGION,
-                hf_token_secret=self.hf_token.secret_arn,
-                serving_service_account=SERVING_SERVICE_ACCOUNT,
-                staging_service_account=STAGING_SERVICE_ACCOUNT,
-            ),
+            values=values,
         )
         for association in self.associations:
             self.chart.node.add_dependency(association)

@@ -85,6 +85,7 @@ VARIANT = {
     },
     "storage": {"removal_policy": "destroy", "compile_cache_expiry_days": 0},
     "generations": {"trn2": {"enabled": False}},
+    "serving": {"inf2": {"image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/inf2-ray-serve:1"}},
 }
 
 

@@ -89,3 +89,28 @@ def test_chart_installs_after_operators_node_pools_and_associations(synth: Synth
     }
     rbac = [k for k in resources if k.startswith("InterruptionHandlerRbac")]
     assert rbac and chart_id in resources[rbac[0]]["DependsOn"]
+
+
+def test_inf2_ray_image_is_built_from_the_pinned_dlc_plus_ray(synth: Synth) -> None:
+    """KubeRay runs `ray start` in every gen1-inf2 pod; the Neuron vLLM DLC has no Ray."""
+    import re
+
+    import yaml
+
+    from tests.support import ROOT
+
+    dockerfile = (ROOT / "assets" / "images" / "inf2-ray-serve" / "Dockerfile").read_text()
+    values = yaml.safe_load((ROOT / "assets" / "charts" / "gennstack-serving" / "values.yaml").read_text())
+    (base,) = re.findall(r"^FROM (\S+)$", dockerfile, flags=re.MULTILINE)
+    assert base == values["images"]["neuronVllm"], "the inf2 image must build on the chart's Neuron image"
+    assert re.search(r'"ray\[serve\]==\d+\.\d+\.\d+"', dockerfile), "pin Ray Serve"
+    assets = json.loads((synth.outdir / "GenNStack.assets.json").read_text())
+    (image,) = assets["dockerImages"].values()
+    assert image["source"]["platform"] == "linux/amd64"
+    assert "container-assets" in json.dumps(_chart(synth)["Values"])  # the chart runs the built image
+
+
+def test_a_configured_inf2_image_is_used_as_is(synth_variant: Synth) -> None:
+    assets = json.loads((synth_variant.outdir / "GenNStack.assets.json").read_text())
+    assert assets.get("dockerImages", {}) == {}
+    assert "inf2-ray-serve:1" in json.dumps(_chart(synth_variant)["Values"])
