@@ -48,6 +48,24 @@ def test_validation_catches_a_typo() -> None:
         validate(pool)
 
 
+def test_validation_evaluates_the_crds_cel_rules() -> None:
+    """The CRD's x-kubernetes-validations run too: Karpenter forbids requiring its own nodepool label."""
+    pool = _pools()["gen1-inf2"]
+    pool["spec"]["template"]["spec"]["requirements"].append(
+        {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["other"]}
+    )
+    with pytest.raises(AssertionError, match="breaks its CRD's validation rules"):
+        validate(pool)
+
+
+def test_cel_rules_use_kubernetes_string_functions() -> None:
+    """A rule needing Kubernetes' `find` extension evaluates (a restricted label domain is rejected)."""
+    pool = _pools()["gen3-g6e"]
+    pool["spec"]["template"]["metadata"]["labels"]["karpenter.sh/custom"] = "x"
+    with pytest.raises(AssertionError, match="breaks its CRD's validation rules"):
+        validate(pool)
+
+
 def test_pool_names_and_spot_first() -> None:
     pools = _pools()
     assert set(pools) == {
