@@ -126,10 +126,31 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"({'/'.join(requirements.get('karpenter.sh/capacity-type', []))}, weight {spec.get('weight')}; limits {limits})"
         )
 
+    gateway = config.get("gateway", {})
+    releases = {c["Properties"].get("Release") for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")}
+    if "gennstack-gateway" in releases:
+        enabled = {name for name, g in config.get("generations", {}).items() if g.get("enabled")}
+        models = sorted(m for m, b in gateway.get("models", {}).items() if b.get("generation") in enabled)
+        scheme = gateway.get("load_balancer", {}).get("scheme", "internal")
+        lines.append(f"  Gateway ({scheme} NLB): models {', '.join(models)}")
+        for alias, targets in sorted(gateway.get("aliases", {}).items()):
+            split = ", ".join(f"{t['model']} w{t['weight']} p{t['priority']}" for t in targets)
+            lines.append(f"    alias {alias}: {split}")
+    functions = [k for k in template.get("Resources", {}) if k.startswith("InterruptionHandlerFunction")]
+    if functions:
+        rules = [
+            r["Properties"] for k, r in template["Resources"].items()
+            if k.startswith("InterruptionHandler") and r["Type"] == "AWS::Events::Rule"
+        ]
+        patterns = sum("EventPattern" in r for r in rules)
+        interruptions = config.get("interruptions", {})
+        lines.append(
+            f"  Interruption handler: Lambda on {patterns} EventBridge event rules and a reconcile every "
+            f"{interruptions.get('reconcile_every_minutes', '?')} min, dead-letter queue with alarms, "
+            f"warm spares capped at {interruptions.get('warm_spare_cap', '?')} per generation"
+        )
     serving = config.get("serving", {})
-    has_serving_chart = any(
-        c["Properties"].get("Release") == "gennstack-serving" for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")
-    )
+    has_serving_chart = "gennstack-serving" in releases
     for gen_name, generation in config.get("generations", {}).items():
         if not generation.get("enabled"):
             lines.append(f"  Generation {gen_name}: disabled")

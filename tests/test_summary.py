@@ -23,6 +23,9 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "NodePool gen1-inf2-on-demand: inf2.48xlarge (on-demand, weight 10;" in text
     assert "Generation g6e: openai/gpt-oss-20b @ main: serves gpt-oss-20b, 2 replica(s), 0 warm spare(s)" in text
     assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
+    assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct, llama-4-maverick" in text
+    assert "alias gennstack-default: gpt-oss-20b w80 p0, llama-4-maverick w20 p0, llama-3-70b-instruct w1 p1" in text
+    assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
 
 
 def test_summary_of_variant(synth_variant: Synth) -> None:
@@ -32,6 +35,7 @@ def test_summary_of_variant(synth_variant: Synth) -> None:
     assert "on stack delete: Delete" in text
     assert "Generation trn2: disabled" in text
     assert "NodePool gen2-trn2" not in text
+    assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct\n" in text + "\n"
     assert "endpoint public from 203.0.113.0/24 + private" in text
 
 
