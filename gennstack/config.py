@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, StrictModel
+from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, StrictModel, frozen
 from gennstack.instances import INSTANCE_TYPES, family
 from gennstack.gateway.config import GatewayConfig
 from gennstack.serving.config import ServingConfig
@@ -493,15 +493,7 @@ def load_config(context: Mapping[str, Any] | None, config_file: str | None = Non
             raise ConfigError(f"config: -c config=PATH must name a file; got {config_file!r}")
         data = _deep_merge(data, _read_file(config_file))
     try:
-        return GenNStackConfig.model_validate(_tuples(data))
+        return GenNStackConfig.model_validate(frozen(data))
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, data)) from None
 
-
-def _tuples(value: Any) -> Any:
-    """JSON lists become tuples so the frozen model holds immutable values under strict mode."""
-    if isinstance(value, Mapping):
-        return {key: _tuples(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(item) for item in value)
-    return value

@@ -7,6 +7,7 @@ sections can be imported by ``gennstack.config`` without an import cycle.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -33,3 +34,12 @@ class FieldError(ValueError):
     def __init__(self, key: str, value: Any, allowed: str) -> None:
         super().__init__(f"{key}: got {value!r}; allowed: {allowed}")
         self.key, self.value, self.allowed = key, value, allowed
+
+
+def frozen(value: Any) -> Any:
+    """JSON lists become tuples, recursively, so a frozen, strict config model accepts parsed JSON/YAML."""
+    if isinstance(value, Mapping):
+        return {key: frozen(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return tuple(frozen(item) for item in value)
+    return value

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gennstack.config_base import frozen
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.local import EndpointError, LocalGateway, LocalSettings, describe, envoy_bootstrap, parse_endpoint_args
 
@@ -57,13 +58,6 @@ def _load_file(path: Path) -> dict[str, Any]:
         raise EndpointError(f"{path}: expected an object with `endpoints` and optionally `gateway`")
     return data
 
-
-def _tuples(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
-    return value
 
 
 def start_demo_backend(port: int = 8001) -> tuple[subprocess.Popen, str]:
@@ -108,7 +102,7 @@ def run_local(args: argparse.Namespace) -> int:
     demo: subprocess.Popen | None = None
     try:
         data = _load_file(args.file) if args.file else {}
-        gateway_data = _tuples(data.get("gateway", {}))
+        gateway_data = frozen(data.get("gateway", {}))
         health_path = args.health_path or ("/v1/models" if args.demo else None)
         if health_path:
             gateway_data = {**gateway_data, "resilience": {**gateway_data.get("resilience", {}), "health_path": health_path}}

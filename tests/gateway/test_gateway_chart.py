@@ -14,6 +14,7 @@ import yaml
 
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.values import backend_object_name, gateway_chart_values, redis_url
+from gennstack.config_base import frozen
 from tests.helm import undocumented_values
 from tests.k8s_schema import crd_dir, validate
 
@@ -24,14 +25,6 @@ API_KEYS = "gennstack/gateway-api-keys"
 LANGFUSE = "gennstack/langfuse"
 # External Secrets CRDs are not among ../shared/crds yet: validated when they appear there.
 ESO_GROUP = "external-secrets.io"
-
-
-def _tuples(value):
-    if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
-    return value
 
 
 VARIANT = {
@@ -76,7 +69,7 @@ def default_docs(helm) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def variant_docs(helm) -> list[dict]:
-    return render(helm, GatewayConfig.model_validate(_tuples(VARIANT)))
+    return render(helm, GatewayConfig.model_validate(frozen(VARIANT)))
 
 
 def test_every_object_validates(default_docs, variant_docs) -> None:

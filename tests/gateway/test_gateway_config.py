@@ -6,18 +6,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from gennstack.config_base import frozen
 from gennstack.gateway.config import GatewayConfig, RouteBackend, routing_table
 
 
 def _config(**data) -> GatewayConfig:
-    def tuples(value):
-        if isinstance(value, dict):
-            return {k: tuples(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return tuple(tuples(v) for v in value)
-        return value
-
-    return GatewayConfig.model_validate(tuples(data))
+    return GatewayConfig.model_validate(frozen(data))
 
 
 def test_defaults_follow_the_serving_contract() -> None:

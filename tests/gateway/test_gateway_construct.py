@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gennstack.config_base import frozen
 from tests.support import ROOT  # noqa: F401  (sets JSII_NODE before aws_cdk loads)
 
 pytestmark = pytest.mark.slow
@@ -20,14 +21,6 @@ VARIANT = {
     "load_balancer": {"scheme": "internet-facing", "allowed_cidrs": ["203.0.113.0/24"],
                       "certificate_arn": "arn:aws:acm:us-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012"},
 }
-
-
-def _tuples(value):
-    if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
-    return value
 
 
 def synth(outdir: Path, gateway_data: dict, generations: dict | None = None) -> dict:
@@ -50,7 +43,7 @@ def synth(outdir: Path, gateway_data: dict, generations: dict | None = None) -> 
     network = Network(stack, "Network", config=config.network, cluster_name=config.cluster_name, flow_log_bucket=logs.bucket)
     cluster = Cluster(stack, "Eks", config=config.cluster, cluster_name=config.cluster_name, vpc=network.vpc,
                       private_subnets=network.private_subnets)
-    Gateway(stack, "Gateway", cluster=cluster.cluster, config=config, gateway=GatewayConfig.model_validate(_tuples(gateway_data)))
+    Gateway(stack, "Gateway", cluster=cluster.cluster, config=config, gateway=GatewayConfig.model_validate(frozen(gateway_data)))
     Validations.of(app).add_plugins(AwsSolutionsChecks(app, write_suppressions_to_cloud_formation=True))
     app.synth()  # raises on any unacknowledged cdk-nag finding
     report = outdir / "validation-report.json"

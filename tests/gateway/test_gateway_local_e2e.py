@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 import pytest
 
+from gennstack.config_base import frozen
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.local import BACKEND_HEADER, LocalGateway, LocalSettings, envoy_bootstrap
 
@@ -26,14 +27,7 @@ SPLIT_TOLERANCE = 0.05  # 80/20 split: the observed share of the 80 backend must
 
 
 def _config(**overrides) -> GatewayConfig:
-    def tuples(value):
-        if isinstance(value, dict):
-            return {k: tuples(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return tuple(tuples(v) for v in value)
-        return value
-
-    return GatewayConfig.model_validate(tuples(overrides))
+    return GatewayConfig.model_validate(frozen(overrides))
 
 
 def _start(gateway: GatewayConfig, endpoints: dict[str, str], **settings) -> LocalGateway:
