@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Acknowledgment, Aws, CfnResource, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
@@ -273,3 +275,26 @@ def acknowledge_chart_asset_read(cluster: eks.Cluster) -> None:
 def _nag(value: str, pseudo: str) -> str:
     """How cdk-nag spells a stack attribute in a finding: the literal, or ``<AWS::Pseudo>`` when unresolved."""
     return f"<AWS::{pseudo}>" if Token.is_unresolved(value) else value
+
+
+def pinned_chart(
+    scope: Construct,
+    construct_id: str,
+    *,
+    cluster: eks.ICluster,
+    chart: versions.Chart,
+    namespace: str,
+    **options: Any,
+) -> eks.HelmChart:
+    """An upstream chart at the version ``gennstack.versions`` pins, released under the chart's name."""
+    return eks.HelmChart(
+        scope,
+        construct_id,
+        cluster=cluster,
+        chart=chart.name,
+        repository=chart.repository,
+        version=chart.version,
+        namespace=namespace,
+        release=chart.name,
+        **options,
+    )

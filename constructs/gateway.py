@@ -11,7 +11,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, acknowledge_chart_asset_read
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, acknowledge_chart_asset_read, pinned_chart
 from gennstack import versions
 from gennstack.config import GenNStackConfig
 from gennstack.gateway import values as gateway_values
@@ -123,9 +123,9 @@ class Gateway(Construct):
 
     def _chart(self, cluster: eks.Cluster, construct_id: str, chart: versions.Chart, namespace: str,
                values: dict, *, create_namespace: bool = True) -> eks.HelmChart:
-        return eks.HelmChart(
-            self, construct_id, cluster=cluster, chart=chart.name, repository=chart.repository, version=chart.version,
-            namespace=namespace, release=chart.name, values=values, create_namespace=create_namespace,
+        return pinned_chart(
+            self, construct_id, cluster=cluster, chart=chart, namespace=namespace, values=values,
+            create_namespace=create_namespace,
             # The next chart's objects need these CRDs, webhooks and controllers running.
             wait=True, timeout=Duration.minutes(10),
         )

@@ -7,7 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, pinned_chart
 from constructs.karpenter_interruption import KarpenterInterruptionQueue
 from gennstack import versions
 
@@ -245,25 +245,15 @@ class Karpenter(Construct):
 
         # CRDs from their own chart, installed first, so upgrades update them (Helm never
         # upgrades a chart's crds/ folder).
-        self.crd_chart = eks.HelmChart(
-            self,
-            "CrdChart",
-            cluster=cluster,
-            chart=versions.KARPENTER_CRD.name,
-            repository=versions.KARPENTER_CRD.repository,
-            version=versions.KARPENTER_CRD.version,
-            namespace=NAMESPACE,
-            release="karpenter-crd",
+        self.crd_chart = pinned_chart(
+            self, "CrdChart", cluster=cluster, chart=versions.KARPENTER_CRD, namespace=NAMESPACE
         )
-        self.chart = eks.HelmChart(
+        self.chart = pinned_chart(
             self,
             "Chart",
             cluster=cluster,
-            chart=versions.KARPENTER.name,
-            repository=versions.KARPENTER.repository,
-            version=versions.KARPENTER.version,
+            chart=versions.KARPENTER,
             namespace=NAMESPACE,
-            release="karpenter",
             values=chart_values(cluster_name=cluster_name, queue_name=self.interruption.queue.queue_name),
             wait=True,
         )

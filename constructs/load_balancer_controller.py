@@ -7,7 +7,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, pinned_chart
 from gennstack import versions
 
 NAMESPACE = "kube-system"
@@ -146,16 +146,12 @@ class LoadBalancerController(Construct):
         )
         self.policy = iam.ManagedPolicy(self, "Policy", statements=controller_policy_statements())
         self.service_account.role.add_managed_policy(self.policy)
-        chart = versions.AWS_LOAD_BALANCER_CONTROLLER
-        self.chart = eks.HelmChart(
+        self.chart = pinned_chart(
             self,
             "Chart",
             cluster=cluster,
-            chart=chart.name,
-            repository=chart.repository,
-            version=chart.version,
+            chart=versions.AWS_LOAD_BALANCER_CONTROLLER,
             namespace=NAMESPACE,
-            release=chart.name,
             values={
                 "clusterName": cluster_name,
                 "region": Aws.REGION,

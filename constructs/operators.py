@@ -7,7 +7,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, pinned_chart
 from gennstack import versions
 from gennstack.instances import NEURON, NVIDIA_GPU
 
@@ -75,14 +75,11 @@ class Operators(Construct):
         }
         self.charts: dict[str, eks.HelmChart] = {}
         for chart in (versions.NEURON, versions.NVIDIA_DEVICE_PLUGIN, versions.KUBERAY_OPERATOR, versions.METRICS_SERVER):
-            self.charts[chart.name] = eks.HelmChart(
+            self.charts[chart.name] = pinned_chart(
                 self,
                 construct_ids[chart.name],
                 cluster=cluster,
-                chart=chart.name,
-                repository=chart.repository,
-                version=chart.version,
+                chart=chart,
                 namespace=namespaces[chart.name],
-                release=chart.name,
                 values=values[chart.name],
             )
