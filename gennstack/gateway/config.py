@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gennstack.config_base import GENERATION_NAMES, FieldError, StrictModel
 
@@ -49,6 +49,15 @@ _MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _ACM_ARN_RE = re.compile(r"^arn:aws[a-z-]*:acm:[a-z0-9-]+:\d{12}:certificate/[0-9a-f-]{36}$")
 _SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+
+
+def _secret_name(value: str) -> str:
+    if not _SECRET_NAME_RE.match(value):
+        raise ValueError("must be a Secrets Manager secret name (letters, digits, /_+=.@-)")
+    return value
+
+
+SecretName = Annotated[str, AfterValidator(_secret_name)]
 _DURATION_LIMITS = (1, 3600)
 
 Generation = Literal["inf2", "trn2", "g6e"]
@@ -185,7 +194,7 @@ class LangfuseConfig(StrictModel):
     # self-hosted: https://<host>/api/public/otel).
     endpoint: str = "https://cloud.langfuse.com/api/public/otel"
     # Secrets Manager secret (name) holding JSON {"public_key": "pk-lf-...", "secret_key": "sk-lf-..."}.
-    secret_name: str | None = None
+    secret_name: SecretName | None = None
     # Fraction of requests traced.
     sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
 
@@ -194,13 +203,6 @@ class LangfuseConfig(StrictModel):
     def _endpoint(cls, value: str) -> str:
         if not re.fullmatch(r"https://[A-Za-z0-9.-]+(:\d+)?(/[A-Za-z0-9._~/-]*)?", value):
             raise ValueError("must be an https:// URL such as https://cloud.langfuse.com/api/public/otel")
-        return value
-
-    @field_validator("secret_name")
-    @classmethod
-    def _secret(cls, value: str | None) -> str | None:
-        if value is not None and not _SECRET_NAME_RE.match(value):
-            raise ValueError("must be a Secrets Manager secret name (letters, digits, /_+=.@-)")
         return value
 
     @model_validator(mode="after")
@@ -242,7 +244,7 @@ class GatewayConfig(StrictModel):
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     # Secrets Manager secret (name) with the client API keys as JSON {"client-id": "key", ...}.
     # Unset: the stack creates one with a generated key for client "default".
-    api_keys_secret_name: str | None = None
+    api_keys_secret_name: SecretName | None = None
     langfuse: LangfuseConfig = LangfuseConfig()
     envoy_replicas: Annotated[int, Field(ge=1, le=20)] = 2
 
@@ -261,13 +263,6 @@ class GatewayConfig(StrictModel):
         for name in value:
             if not _MODEL_NAME_RE.match(name):
                 raise ValueError(f"model name {name!r} must be 1-128 of letters, digits and ._:/-")
-        return value
-
-    @field_validator("api_keys_secret_name")
-    @classmethod
-    def _secret(cls, value: str | None) -> str | None:
-        if value is not None and not _SECRET_NAME_RE.match(value):
-            raise ValueError("must be a Secrets Manager secret name (letters, digits, /_+=.@-)")
         return value
 
     @model_validator(mode="after")
