@@ -69,6 +69,7 @@ _CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$")
 _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
 _INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+_RESERVATION_RE = re.compile(r"^cr-[0-9a-f]{17}$")
 _REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
 
@@ -170,6 +171,10 @@ class GenerationConfig(StrictModel):
     max_nodes: Annotated[int, Field(ge=0, le=100)] = 4
     # Spot first; on-demand only as a lower-weight fallback NodePool when true.
     on_demand_fallback: bool = True
+    # On-Demand Capacity Reservations or Capacity Blocks for ML (cr-...) of instance_types that
+    # this generation uses before spot: a third NodePool (capacity type "reserved"). trn2 is in
+    # many regions only to be had this way.
+    capacity_reservation_ids: tuple[str, ...] = ()
 
     @field_validator("model_id")
     @classmethod
@@ -183,6 +188,16 @@ class GenerationConfig(StrictModel):
     def _revision(cls, value: str) -> str:
         if not _REVISION_RE.match(value):
             raise ValueError("must be a commit hash, tag or branch name without '/' (letters, digits, '._-'); it is part of S3 keys")
+        return value
+
+    @field_validator("capacity_reservation_ids")
+    @classmethod
+    def _reservations(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for reservation in value:
+            if not _RESERVATION_RE.match(reservation):
+                raise ValueError(f"{reservation!r} is not a capacity reservation id such as 'cr-0123456789abcdef0'")
+        if len(set(value)) != len(value):
+            raise ValueError("lists a reservation more than once")
         return value
 
     @field_validator("instance_types")

@@ -162,6 +162,16 @@ BAD_CONFIGS = [
         id="max-nodes-high",
     ),
     pytest.param(
+        {"generations": {"trn2": {"capacity_reservation_ids": ["cr-123"]}}},
+        ["generations.trn2.capacity_reservation_ids", "'cr-123' is not a capacity reservation id"],
+        id="bad-capacity-reservation",
+    ),
+    pytest.param(
+        {"generations": {"trn2": {"capacity_reservation_ids": ["cr-0123456789abcdef0"] * 2}}},
+        ["generations.trn2.capacity_reservation_ids", "more than once"],
+        id="duplicate-capacity-reservation",
+    ),
+    pytest.param(
         {"generations": {"g6e": {"enabeld": False}}},
         ["generations.g6e.enabeld", "unknown key", "'enabled'"],
         id="generation-key-typo",
