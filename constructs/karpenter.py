@@ -26,8 +26,15 @@ def _arn(service: str, resource: str, *, region: bool = True, account: str = "*"
     return f"arn:{Aws.PARTITION}:{service}:{Aws.REGION if region else ''}:{account}:{resource}"
 
 
-def controller_policy_statements(*, cluster_name: str, node_role_arn: str, queue_arn: str) -> list[iam.PolicyStatement]:
-    """Karpenter's controller permissions, as its v1.14 getting-started CloudFormation defines them.
+def controller_policies(*, cluster_name: str, node_role_arn: str, queue_arn: str) -> dict[str, list[iam.PolicyStatement]]:
+    """Karpenter's controller permissions, split into managed policies as its v1.14 CloudFormation does.
+
+    Upstream (aws/karpenter-provider-aws ``website/content/en/v1.14/getting-started/
+    getting-started-with-karpenter/cloudformation.yaml``) defines six managed policies:
+    NodeLifecycle, IAMIntegration, EKSIntegration, Interruption, ZonalShift and ResourceDiscovery.
+    One policy holding all of them is ~6,000 characters against IAM's 6,144-character limit for a
+    managed policy, and the cluster name appears in it 16 times, so it breaks with a long cluster
+    name or region; split, each stays far below (tests/test_policy_sizes.py computes the worst case).
 
     Every mutating EC2/IAM action is scoped by the ``kubernetes.io/cluster/<name>: owned`` and
     ``karpenter.sh/nodepool`` tags Karpenter puts on what it creates; the read actions are
@@ -43,8 +50,7 @@ def controller_policy_statements(*, cluster_name: str, node_role_arn: str, queue
     instance_profiles = f"arn:{Aws.PARTITION}:iam::{Aws.ACCOUNT_ID}:instance-profile/*"
     cluster_arn = f"arn:{Aws.PARTITION}:eks:{region}:{Aws.ACCOUNT_ID}:cluster/{cluster_name}"
     statement = iam.PolicyStatement
-    return [
-        # NodeLifecyclePolicy
+    node_lifecycle = [
         statement(
             sid="AllowScopedEC2InstanceAccessActions",
             actions=["ec2:RunInstances", "ec2:CreateFleet"],
@@ -108,7 +114,8 @@ def controller_policy_statements(*, cluster_name: str, node_role_arn: str, queue
                 "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
             },
         ),
-        # IAMIntegrationPolicy
+    ]
+    iam_integration = [
         statement(
             sid="AllowPassingInstanceRole",
             actions=["iam:PassRole"],
@@ -155,22 +162,26 @@ def controller_policy_statements(*, cluster_name: str, node_role_arn: str, queue
                 "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
             },
         ),
-        # EKSIntegrationPolicy
+    ]
+    eks_integration = [
         statement(sid="AllowAPIServerEndpointDiscovery", actions=["eks:DescribeCluster"], resources=[cluster_arn]),
-        # InterruptionPolicy
+    ]
+    interruption = [
         statement(
             sid="AllowInterruptionQueueActions",
             actions=["sqs:DeleteMessage", "sqs:GetQueueUrl", "sqs:ReceiveMessage"],
             resources=[queue_arn],
         ),
-        # ZonalShiftPolicy
+    ]
+    zonal_shift = [
         statement(
             sid="AllowZonalShiftStatusReadOnly",
             actions=["arc-zonal-shift:GetManagedResource"],
             resources=["*"],
             conditions={"StringEquals": {"arc-zonal-shift:ResourceIdentifier": cluster_arn}},
         ),
-        # ResourceDiscoveryPolicy
+    ]
+    resource_discovery = [
         statement(
             sid="AllowRegionalReadActions",
             actions=[
@@ -198,6 +209,14 @@ def controller_policy_statements(*, cluster_name: str, node_role_arn: str, queue
         statement(sid="AllowUnscopedInstanceProfileListAction", actions=["iam:ListInstanceProfiles"], resources=["*"]),
         statement(sid="AllowInstanceProfileReadActions", actions=["iam:GetInstanceProfile"], resources=[instance_profiles]),
     ]
+    return {
+        "NodeLifecycle": node_lifecycle,
+        "IAMIntegration": iam_integration,
+        "EKSIntegration": eks_integration,
+        "Interruption": interruption,
+        "ZonalShift": zonal_shift,
+        "ResourceDiscovery": resource_discovery,
+    }
 
 
 class Karpenter(Construct):
@@ -232,16 +251,15 @@ class Karpenter(Construct):
             namespace=NAMESPACE,
             identity_type=eks.IdentityType.POD_IDENTITY,
         )
-        self.controller_policy = iam.ManagedPolicy(
-            self,
-            "ControllerPolicy",
-            statements=controller_policy_statements(
-                cluster_name=cluster_name,
-                node_role_arn=self.node_role.role_arn,
-                queue_arn=self.interruption.queue.queue_arn,
-            ),
+        policies = controller_policies(
+            cluster_name=cluster_name, node_role_arn=self.node_role.role_arn, queue_arn=self.interruption.queue.queue_arn
         )
-        self.service_account.role.add_managed_policy(self.controller_policy)
+        self.controller_policies = {
+            name: iam.ManagedPolicy(self, f"Controller{name}Policy", statements=statements)
+            for name, statements in policies.items()
+        }
+        for policy in self.controller_policies.values():
+            self.service_account.role.add_managed_policy(policy)
 
         # CRDs from their own chart, installed first, so upgrades update them (Helm never
         # upgrades a chart's crds/ folder).
@@ -275,28 +293,38 @@ class Karpenter(Construct):
             "Karpenter's own v1.14 policy: the resource is a type wildcard ({}), and every mutating "
             "action on it is conditioned on the kubernetes.io/cluster/<name>=owned and karpenter.sh/nodepool tags."
         )
-        wildcards = [
-            "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::image/*",
-            "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>::snapshot/*",
-            *[
-                f"Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:*:{kind}/*"
-                for kind in (
-                    "security-group", "subnet", "capacity-reservation", "placement-group", "fleet", "instance",
-                    "volume", "network-interface", "launch-template", "spot-instances-request",
-                )
-            ],
-            "Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:instance-profile/*",
-            "Resource::arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/*",
-        ]
-        Validations.of(self.controller_policy).acknowledge(
-            *[Acknowledgment(id=f"AwsSolutions-IAM5[{w}]", reason=wildcard_reason.format(w.split("::", 1)[1])) for w in wildcards],
-            Acknowledgment(
-                id="AwsSolutions-IAM5[Resource::*]",
-                reason="Karpenter's own v1.14 policy: EC2 Describe*, pricing:GetProducts and "
-                "iam:ListInstanceProfiles support no resource-level scoping (Describe* is limited to this "
-                "region by aws:RequestedRegion), and arc-zonal-shift:GetManagedResource is conditioned on this cluster.",
-            ),
+        unscoped = Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="Karpenter's own v1.14 policy: EC2 Describe*, pricing:GetProducts and "
+            "iam:ListInstanceProfiles support no resource-level scoping (Describe* is limited to this "
+            "region by aws:RequestedRegion), and arc-zonal-shift:GetManagedResource is conditioned on this cluster.",
         )
+        ec2 = "Resource::arn:<AWS::Partition>:ec2:<AWS::Region>"
+        instance_profiles = "Resource::arn:<AWS::Partition>:iam::<AWS::AccountId>:instance-profile/*"
+        wildcards = {
+            "NodeLifecycle": [
+                f"{ec2}::image/*",
+                f"{ec2}::snapshot/*",
+                *[
+                    f"{ec2}:*:{kind}/*"
+                    for kind in (
+                        "security-group", "subnet", "capacity-reservation", "placement-group", "fleet", "instance",
+                        "volume", "network-interface", "launch-template", "spot-instances-request",
+                    )
+                ],
+            ],
+            "IAMIntegration": [instance_profiles],
+            "ResourceDiscovery": [instance_profiles, "Resource::arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/*"],
+        }
+        for name, policy in self.controller_policies.items():
+            acknowledgments = [
+                Acknowledgment(id=f"AwsSolutions-IAM5[{w}]", reason=wildcard_reason.format(w.split("::", 1)[1]))
+                for w in wildcards.get(name, [])
+            ]
+            if name in ("ZonalShift", "ResourceDiscovery"):
+                acknowledgments.append(unscoped)
+            if acknowledgments:
+                Validations.of(policy).acknowledge(*acknowledgments)
 
 
 def chart_values(*, cluster_name: str, queue_name: str) -> dict:

@@ -65,6 +65,9 @@ INTERFACE_ENDPOINTS: dict[str, str] = {
 
 _ACCOUNT_RE = re.compile(r"^\d{12}$")
 _REGION_RE = re.compile(r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$")
+# Real region names are at most 14 characters; IAM policy sizes are computed for this bound
+# (tests/test_policy_sizes.py), so config holds region names to it.
+MAX_REGION_LENGTH = 20
 _CLUSTER_NAME_RE = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,99}$")
 _HF_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ROLE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
@@ -368,8 +371,8 @@ class GenNStackConfig(StrictModel):
     @field_validator("region")
     @classmethod
     def _region(cls, value: str | None) -> str | None:
-        if value is not None and not _REGION_RE.match(value):
-            raise ValueError("must be an AWS region name such as 'us-east-2', or null")
+        if value is not None and (not _REGION_RE.match(value) or len(value) > MAX_REGION_LENGTH):
+            raise ValueError(f"must be an AWS region name such as 'us-east-2' (at most {MAX_REGION_LENGTH} characters), or null")
         return value
 
     @field_validator("cluster_name")

@@ -162,8 +162,35 @@ KARPENTER_SIDS = [
 ]
 
 
+# Upstream's split (aws/karpenter-provider-aws v1.14 getting-started cloudformation.yaml): six
+# managed policies, by name, with the statements each holds.
+KARPENTER_POLICIES = {
+    "NodeLifecycle": KARPENTER_SIDS[:6],
+    "IAMIntegration": KARPENTER_SIDS[6:10],
+    "EKSIntegration": ["AllowAPIServerEndpointDiscovery"],
+    "Interruption": ["AllowInterruptionQueueActions"],
+    "ZonalShift": ["AllowZonalShiftStatusReadOnly"],
+    "ResourceDiscovery": KARPENTER_SIDS[13:],
+}
+
+
+def test_karpenter_controller_policies_split_as_upstream(synth: Synth) -> None:
+    for name, sids in KARPENTER_POLICIES.items():
+        assert [s["Sid"] for s in _managed_policy(synth, f"KarpenterController{name}Policy")] == sids
+    (association,) = [
+        a["Properties"] for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()
+        if a["Properties"]["ServiceAccount"] == "karpenter"
+    ]
+    role = synth.template["Resources"][association["RoleArn"]["Fn::GetAtt"][0]]["Properties"]
+    attached = {ref["Ref"] for ref in role["ManagedPolicyArns"]}
+    assert attached == {k for k in synth.resources("AWS::IAM::ManagedPolicy") if k.startswith("KarpenterController")}
+    assert len(attached) == 6
+
+
 def test_karpenter_controller_policy_is_upstreams(synth: Synth) -> None:
-    statements = _managed_policy(synth, "KarpenterControllerPolicy")
+    statements = [
+        s for name in KARPENTER_POLICIES for s in _managed_policy(synth, f"KarpenterController{name}Policy")
+    ]
     assert [s["Sid"] for s in statements] == KARPENTER_SIDS
     by_sid = {s["Sid"]: s for s in statements}
     # Mutations are scoped to this cluster's tags.
@@ -277,7 +304,8 @@ def test_node_pool_manifests_in_template(synth: Synth) -> None:
 def test_iam_wildcards_only_where_acknowledged(synth: Synth) -> None:
     """No IAM statement grants `*` resources outside the policies whose wildcards cdk-nag acknowledges."""
     allowed_prefixes = (
-        "KarpenterControllerPolicy",  # EC2 Describe*, pricing, instance-profile list
+        "KarpenterControllerResourceDiscoveryPolicy",  # EC2 Describe*, pricing, instance-profile list
+        "KarpenterControllerZonalShiftPolicy",  # conditioned on this cluster's ARN
         "LoadBalancerControllerPolicy",  # ELB/EC2 describe and create
         "CustomVpcRestrictDefaultSG",  # CDK-owned
         "InterruptionHandlerFunctionServiceRoleDefaultPolicy",  # ec2:DescribeInstances, X-Ray

@@ -82,6 +82,9 @@ BAD_CONFIGS = [
         id="zones-wrong-count",
     ),
     pytest.param({"region": "mars-1"}, ["region", "'mars-1'", "AWS region name"], id="bad-region"),
+    pytest.param(
+        {"region": "us-northsoutheast-1234567"}, ["region", "at most 20 characters"], id="region-name-too-long"
+    ),
     pytest.param({"account": "1234"}, ["account", "'1234'", "12-digit"], id="bad-account"),
     pytest.param({"cluster_name": "9lives"}, ["cluster_name", "'9lives'", "start with a letter"], id="bad-cluster-name"),
     pytest.param({"tags": {"aws:owner": "me"}}, ["tags", "aws:owner", "must not start with 'aws:'"], id="reserved-tag"),
