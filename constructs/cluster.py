@@ -155,6 +155,8 @@ class Cluster(Construct):
             ],
         )
 
+        self.ready = self._order_node_group_and_addons()
+
         for index, role_arn in enumerate(config.admin_role_arns):
             self.cluster.grant_access(
                 f"Admin{index}",
@@ -162,6 +164,21 @@ class Cluster(Construct):
                 [eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)],
             )
         self._acknowledge()
+
+    def _order_node_group_and_addons(self) -> list[Construct]:
+        """Node group after the node-level add-ons, CoreDNS after the nodes; returns what Kubernetes objects wait for.
+
+        The VPC CNI, kube-proxy and the Pod Identity agent are DaemonSets, ACTIVE with no node,
+        so nodes start with the pinned builds. CoreDNS is a Deployment: without nodes its pods
+        stay Pending and the add-on never becomes ACTIVE, so it waits for the node group.
+        aws-cdk-lib 2.275's kubectl barrier waits only for the cluster and its admin access entry
+        (``aws-eks-v2/lib/cluster.js``, ``_kubectlReadyBarrier``), so the stack makes every
+        Kubernetes object wait for what this returns (``constructs/ordering.py``).
+        """
+        node_level = [self.addons[name] for name in ("vpc-cni", "kube-proxy")]
+        self.system_nodes.node.add_dependency(*node_level, self.cluster.eks_pod_identity_agent)
+        self.addons["coredns"].node.add_dependency(self.system_nodes)
+        return [self.system_nodes, *self.addons.values(), self.cluster.eks_pod_identity_agent]
 
     def _acknowledge(self) -> None:
         # CDK's kubectl provider (the Lambda that runs kubectl/helm for manifests and charts):

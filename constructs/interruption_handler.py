@@ -197,7 +197,7 @@ class InterruptionHandler(Construct):
             layers=[self.layer],
             memory_size=256,
             timeout=Duration.seconds(60),
-            reserved_concurrent_executions=10,
+            reserved_concurrent_executions=settings.reserved_concurrency or None,
             vpc=vpc,
             vpc_subnets=private_subnets,
             security_groups=[self.security_group],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Aws, Validations
+from aws_cdk import Acknowledgment, Aws, Duration, Validations
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
@@ -273,7 +273,9 @@ class Karpenter(Construct):
             chart=versions.KARPENTER,
             namespace=NAMESPACE,
             values=chart_values(cluster_name=cluster_name, queue_name=self.interruption.queue.queue_name),
+            # NodePools install after the controller serves (two replicas on the system nodes).
             wait=True,
+            timeout=Duration.minutes(10),
         )
         self.chart.node.add_dependency(self.service_account, self.crd_chart)
         self._acknowledge()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
@@ -32,10 +33,14 @@ def chart_values() -> dict[str, dict[str, Any]]:
     system = {"nodeSelector": SYSTEM_NODE_SELECTOR, "tolerations": SYSTEM_TOLERATIONS}
     return {
         # Device plugin (DaemonSet on Neuron instance types, tolerating the Neuron taint by
-        # default) and the Neuron scheduler extension, which hands out contiguous NeuronCores.
+        # default). The Neuron scheduler extension stays off (the chart's default): it exists to
+        # hand out contiguous devices when several pods share a node, and a GenNStack Neuron pod
+        # asks for every device of its node (gennstack/serving/values.py ``_chips``), so any
+        # allocation is contiguous. Its kube-scheduler image (v1.28 in the chart) is far outside
+        # the skew kube-scheduler supports against a 1.36 control plane, and no pod names it.
         versions.NEURON.name: {
             "devicePlugin": {"enabled": True, "tolerations": [{"key": NEURON, "operator": "Exists", "effect": "NoSchedule"}]},
-            "scheduler": {"enabled": True},
+            "scheduler": {"enabled": False},
         },
         versions.NVIDIA_DEVICE_PLUGIN.name: {
             "affinity": _NVIDIA_AFFINITY,
@@ -82,4 +87,7 @@ class Operators(Construct):
                 chart=chart,
                 namespace=namespaces[chart.name],
                 values=values[chart.name],
+                # KubeRay's operator must serve before the serving chart's RayService arrives.
+                wait=True,
+                timeout=Duration.minutes(10),
             )

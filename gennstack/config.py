@@ -341,6 +341,10 @@ class InterruptionConfig(StrictModel):
     # than this: a spot warning is useless after its two minutes, a rebalance a little later.
     retry_attempts: Annotated[int, Field(ge=0, le=10)] = 4
     max_event_age_seconds: Annotated[int, Field(ge=60, le=3600)] = 600
+    # Reserved concurrency for the handler; 0 (the default): none, it shares the account's pool.
+    # Lambda keeps 100 executions unreserved, so reserving any fails in an account whose
+    # concurrency quota is 100 or less (new accounts start at 10); opt in where the quota allows.
+    reserved_concurrency: Annotated[int, Field(ge=0, le=100)] = 0
 
 
 class GenNStackConfig(StrictModel):

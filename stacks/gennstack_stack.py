@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Fn, Stack, Tags
+from aws_cdk import Aspects, CfnOutput, Fn, Stack, Tags
 
 from constructs import Construct  # the library; the repo's constructs/ folder merges into it
 from constructs.access_logs import AccessLogBucket
@@ -17,6 +17,7 @@ from constructs.model_storage import ModelStorage
 from constructs.network import Network
 from constructs.node_pools import NodePools
 from constructs.operators import Operators
+from constructs.ordering import KubernetesDeployOrder
 from constructs.serving import Serving
 from gennstack.config import GenNStackConfig
 from gennstack.summary import CONFIG_METADATA_KEY
@@ -65,7 +66,9 @@ class GenNStack(Stack):
         self.node_pools = NodePools(
             self, "NodePools", cluster=self.cluster.cluster, config=config, node_role_name=self.karpenter.node_role.role_name
         )
-        self.node_pools.node.add_dependency(self.karpenter.crd_chart)
+        # Created after Karpenter runs and deleted before it: their finalizers need the controller
+        # to terminate the nodes and instance profiles, or instances and ENIs outlive the stack.
+        self.node_pools.node.add_dependency(self.karpenter.chart, self.karpenter.node_access_entry)
         self.load_balancer_controller = LoadBalancerController(
             self, "LoadBalancerController", cluster=self.cluster.cluster, cluster_name=config.cluster_name,
             vpc_id=self.network.vpc.vpc_id,
@@ -89,6 +92,12 @@ class GenNStack(Stack):
         self.gateway = Gateway(self, "Gateway", cluster=self.cluster.cluster, config=config, gateway=config.gateway)
         # The NLB comes from the Load Balancer Controller; the routes point at the serving Services.
         self.gateway.node.add_dependency(self.load_balancer_controller, self.serving.chart)
+
+        # Every Kubernetes object waits for the system nodes and the add-ons; every chart for
+        # the Load Balancer Controller (see constructs/ordering.py).
+        Aspects.of(self).add(
+            KubernetesDeployOrder(ready=self.cluster.ready, first_chart=self.load_balancer_controller.chart)
+        )
 
         for output_id, value, description in (
             ("ClusterName", self.cluster.cluster.cluster_name, "EKS cluster (aws eks update-kubeconfig --name ...)"),

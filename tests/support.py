@@ -85,9 +85,53 @@ VARIANT = {
     },
     "storage": {"removal_policy": "destroy", "compile_cache_expiry_days": 0},
     "generations": {"trn2": {"enabled": False}},
+    "interruptions": {"reserved_concurrency": 5},
     "serving": {"inf2": {"image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/inf2-ray-serve:1"}},
 }
 
 
 def mask_asset_hashes(text: str) -> str:
     return ASSET_HASH.sub("<asset-hash>", text)
+
+
+def depends_on(template: dict[str, Any], source: str, target: str) -> bool:
+    """Whether ``source`` comes after ``target`` in CloudFormation's order: a ``DependsOn`` path or a reference.
+
+    CloudFormation creates ``target`` first and deletes it last when ``source`` names it in
+    ``DependsOn`` or through ``Ref``/``Fn::GetAtt``/``Fn::Sub``, directly or through other resources.
+    """
+    resources = template["Resources"]
+    seen: set[str] = set()
+    stack = [source]
+    while stack:
+        current = stack.pop()
+        if current == target:
+            return True
+        if current in seen:
+            continue
+        seen.add(current)
+        stack.extend(direct_dependencies(resources, current))
+    return False
+
+
+def direct_dependencies(resources: dict[str, Any], logical_id: str) -> set[str]:
+    """The resources one resource names: its ``DependsOn`` and the ones its properties reference."""
+    resource = resources[logical_id]
+    found = set(resource.get("DependsOn", []))
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if isinstance(value.get("Ref"), str) and value["Ref"] in resources:
+                found.add(value["Ref"])
+            if "Fn::GetAtt" in value:
+                found.add(value["Fn::GetAtt"][0] if isinstance(value["Fn::GetAtt"], list) else value["Fn::GetAtt"].split(".")[0])
+            if isinstance(value.get("Fn::Sub"), str):
+                found.update(name.split(".")[0] for name in re.findall(r"\$\{([^}!]+)\}", value["Fn::Sub"]) if name.split(".")[0] in resources)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(resource.get("Properties", {}))
+    return found

@@ -10,7 +10,7 @@ from aws_cdk.assertions import Template
 from constructs.karpenter_interruption import INTERRUPTION_PATTERNS
 from constructs.operators import chart_values
 from gennstack import versions
-from tests.support import Synth
+from tests.support import Synth, depends_on
 
 
 def _one(synth: Synth, resource_type: str) -> dict:
@@ -270,7 +270,7 @@ def test_karpenter_crds_install_before_controller_and_node_pools(synth: Synth) -
     controller = next(k for k in resources if k.startswith("KarpenterChart"))
     assert crd_chart in resources[controller]["DependsOn"]
     node_pools = [k for k, r in resources.items() if k.startswith("NodePools") and r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
-    assert node_pools and all(crd_chart in resources[k]["DependsOn"] for k in node_pools)
+    assert node_pools and all(depends_on(synth.template, k, crd_chart) for k in node_pools)
 
 
 @pytest.mark.parametrize("chart", ["kuberay-operator", "metrics-server", "aws-load-balancer-controller"])
@@ -285,7 +285,8 @@ def test_device_plugins_tolerate_accelerator_taints() -> None:
     assert values["nvidia-device-plugin"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "nvidia" in json.dumps(values["nvidia-device-plugin"]["affinity"])
     assert values["neuron-helm-chart"]["devicePlugin"]["tolerations"][0]["key"] == "aws.amazon.com/neuron"
-    assert values["neuron-helm-chart"]["scheduler"] == {"enabled": True}
+    # Off: every Neuron pod takes all devices of its node, so allocation is always contiguous.
+    assert values["neuron-helm-chart"]["scheduler"] == {"enabled": False}
 
 
 def test_node_pool_manifests_in_template(synth: Synth) -> None:

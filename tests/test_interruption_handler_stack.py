@@ -77,12 +77,14 @@ def test_never_consumes_karpenters_queue(synth: Synth) -> None:
 # --- the function ---------------------------------------------------------------------------
 
 
-def test_function_runtime_network_and_failure_handling(synth: Synth) -> None:
+def test_function_runtime_network_and_failure_handling(synth: Synth, synth_variant: Synth) -> None:
     function_id, function = _function(synth)
     assert function["Runtime"] == "python3.14"
     assert function["Handler"] == "interruption_handler.handler.lambda_handler"
-    assert function["ReservedConcurrentExecutions"] == 10
+    # No reserved concurrency by default: it fails in accounts whose quota is 100 or less.
+    assert "ReservedConcurrentExecutions" not in function
     assert function["TracingConfig"] == {"Mode": "Active"}
+    assert _function(synth_variant)[1]["ReservedConcurrentExecutions"] == 5  # opted in
     assert all("Private" in s["Ref"] for s in function["VpcConfig"]["SubnetIds"])
     ((dlq_id, _),) = _resources(synth, "AWS::SQS::Queue").items()
     assert function["DeadLetterConfig"] == {"TargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]}}
