@@ -60,12 +60,13 @@ BAD_CREDENTIALS_CODES: frozenset[str] = frozenset(
     {"ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException", "SignatureDoesNotMatch"}
 )
 
-# Retries: botocore's standard mode (exponential backoff with jitter, throttling codes above).
+# Retries: botocore's standard mode (exponential backoff with jitter, throttling codes above); attempts in
+# all, the first included.
 MAX_ATTEMPTS = 5
 
 
 def client_config(max_attempts: int = MAX_ATTEMPTS) -> Config:
-    return Config(retries={"mode": "standard", "max_attempts": max_attempts}, user_agent_extra="gennstack-preflight")
+    return Config(retries={"mode": "standard", "total_max_attempts": max_attempts}, user_agent_extra="gennstack-preflight")
 
 
 def session_clients(session: Any, region: str, *, max_attempts: int = MAX_ATTEMPTS) -> ClientFactory:
@@ -101,8 +102,10 @@ def describe_error(exc: BotoCoreError | ClientError) -> tuple[str, str]:
         code, action = error_code(exc), action_of(exc)
         message = exc.response.get("Error", {}).get("Message", "")
         if is_throttled(exc):
+            retries = exc.response.get("ResponseMetadata", {}).get("RetryAttempts")
+            attempts = f", after {retries + 1} attempts" if isinstance(retries, int) else ""
             return (
-                f"could not check: throttled ({code or 'HTTP 429'} from {action}, after {MAX_ATTEMPTS} attempts)",
+                f"could not check: throttled ({code or 'HTTP 429'} from {action}{attempts})",
                 "run `gennstack preflight` again in a minute",
             )
         if code in ACCESS_DENIED_CODES:

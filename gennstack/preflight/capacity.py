@@ -59,6 +59,7 @@ class Need:
     min_vcpus: int  # one node of the smallest type (0: this user of the quota is optional)
     node_vcpus: int  # vCPUs of its largest node, to say how many nodes a quota fits
     max_nodes: int
+    min_what: str = "one node"  # what min_vcpus buys
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ class QuotaNeed:
     @property
     def min_vcpus(self) -> int:
         return max((need.min_vcpus for need in self.needs), default=0)
+
+    @property
+    def min_what(self) -> str:
+        return max(self.needs, key=lambda need: need.min_vcpus).min_what
 
 
 def vcpu_needs(config: GenNStackConfig, system_type_vcpus: dict[str, int]) -> list[QuotaNeed]:
@@ -100,6 +105,7 @@ def vcpu_needs(config: GenNStackConfig, system_type_vcpus: dict[str, int]) -> li
                 cluster.system_nodes_min * system_smallest,
                 system_largest,
                 cluster.system_nodes_max,
+                f"{cluster.system_nodes_min} system nodes",
             ),
             general,
         ),

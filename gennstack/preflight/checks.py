@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -229,7 +229,9 @@ def quota_row(ctx: Context, need: QuotaNeed, value: float | None) -> Result:
         return Result(row_id, WARN, f"{label}: Service Quotas knows no such quota in {ctx.region}",
                       f"check the EC2 limits page of the console for {ctx.region}")
     have = f"{label} is {value:g} vCPUs"
-    wants = f"the config can launch {need.max_vcpus} ({_needs_text(need)}), one node needs {need.min_vcpus}"
+    wants = f"the config can launch {need.max_vcpus} ({_needs_text(need)})"
+    if need.min_vcpus:
+        wants += f", {need.min_what} need {need.min_vcpus}" if need.min_what != "one node" else f", one node needs {need.min_vcpus}"
     if value >= need.max_vcpus:
         return Result(row_id, PASS, f"{have}; {wants}")
     alternative = ""
@@ -244,7 +246,7 @@ def quota_row(ctx: Context, need: QuotaNeed, value: float | None) -> Result:
             only = need.needs[0]
             fits = f": fits {math.floor(value / only.node_vcpus)} of {only.max_nodes} {only.node_vcpus}-vCPU nodes"
         return Result(row_id, WARN, f"{have}{fits}; {wants}", request + alternative)
-    return Result(row_id, FAIL, f"{have}, below one node ({need.min_vcpus} vCPUs); {wants}", request + alternative)
+    return Result(row_id, FAIL, f"{have}, below {need.min_what} ({need.min_vcpus} vCPUs); {wants}", request + alternative)
 
 
 def check_quotas(ctx: Context) -> list[Result]:
@@ -415,37 +417,46 @@ def _role_arn(ctx: Context, role: str) -> str | None:
         raise
 
 
+def _own_role_arn(ctx: Context, role: str) -> str | None:
+    """The caller's role ARN for a fix text; None when IAM will not say (the fix then explains how to find it)."""
+    try:
+        return _role_arn(ctx, role)
+    except (ClientError, BotoCoreError):
+        return None
+
+
 def check_admins(ctx: Context) -> list[Result]:
     """``cluster.admin_role_arns`` is not empty, each role exists, and the caller is one of them."""
     arns = ctx.config.cluster.admin_role_arns
     caller_role = _caller_role(ctx)
     if not arns:
         fix = SSO_FIX
-        if caller_role and (own := _role_arn(ctx, caller_role)):
+        if caller_role and (own := _own_role_arn(ctx, caller_role)):
             fix = f"add your role: cluster.admin_role_arns: [\"{own}\"] ({SSO_FIX})"
         return [Result("admins", FAIL, "cluster.admin_role_arns is empty: nobody but CDK's kubectl role could use the cluster", fix)]
     rows, names = [], set()
-    for arn in arns:
+    for index, arn in enumerate(arns, start=1):
+        row_id = f"admins.{index}"
         match = _ROLE_ARN.match(arn)
         role, account = (match.group("role"), match.group("account")) if match else (arn, "")
-        names.add(role)
+        names.add((account, role))
         if account != ctx.account:
-            rows.append(Result(f"admins.{role}", WARN, f"{arn} is in account {account}, not {ctx.account}: not checked",
-                               "make sure the role exists there and may call eks:DescribeCluster"))
+            rows.append(Result(row_id, WARN, f"{arn} is in account {account}, not {ctx.account}: not checked",
+                               f"make sure the role exists in account {account}"))
             continue
         actual = _role_arn(ctx, role)
         if actual is None:
-            rows.append(Result(f"admins.{role}", FAIL, f"{arn}: no role {role} in account {ctx.account}", SSO_FIX))
+            rows.append(Result(row_id, FAIL, f"{arn}: no role {role} in account {ctx.account}", SSO_FIX))
         elif actual != arn:
-            rows.append(Result(f"admins.{role}", FAIL, f"{arn}: the role's ARN is {actual}",
+            rows.append(Result(row_id, FAIL, f"{arn}: the role's ARN is {actual}",
                                f"list {actual} in cluster.admin_role_arns (the exact ARN, path included)"))
         else:
-            rows.append(Result(f"admins.{role}", PASS, f"{arn} exists"))
+            rows.append(Result(row_id, PASS, f"{arn} exists"))
     if caller_role is None:
         rows.append(Result("admins.you", WARN, f"you are {ctx.caller_arn}, not an assumed role: you will not be able to run kubectl",
                            "use one of cluster.admin_role_arns to run kubectl (`aws eks update-kubeconfig --role-arn ...`)"))
-    elif caller_role not in names:
-        own = _role_arn(ctx, caller_role)
+    elif (ctx.account, caller_role) not in names:
+        own = _own_role_arn(ctx, caller_role)
         rows.append(Result("admins.you", WARN, f"your role {caller_role} is not in cluster.admin_role_arns: "
                                                "you will not be able to run kubectl",
                            f"add \"{own or caller_role}\" to cluster.admin_role_arns, or use one of its roles"))
@@ -558,11 +569,12 @@ CHECKS: tuple[tuple[str, str, Check], ...] = (
 )
 
 
-def run_preflight(ctx: Context, progress: Callable[[str], None] = lambda _: None) -> list[Result]:
-    """Every check in order; an AWS error becomes that check's WARN (FAIL for credentials, which stops the run)."""
+def run_preflight(ctx: Context, progress: Callable[[str], None] = lambda _: None,
+                  checks: Sequence[tuple[str, str, Check]] = CHECKS) -> list[Result]:
+    """The checks in order; an AWS error becomes that check's WARN (FAIL for credentials, which stops the run)."""
     results: list[Result] = []
-    for index, (check_id, label, check) in enumerate(CHECKS, start=1):
-        progress(f"checking {label} ({index}/{len(CHECKS)})...")
+    for index, (check_id, label, check) in enumerate(checks, start=1):
+        progress(f"checking {label} ({index}/{len(checks)})...")
         try:
             rows = check(ctx)
         except (ClientError, BotoCoreError) as exc:
