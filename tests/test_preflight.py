@@ -832,3 +832,13 @@ def test_table_layout() -> None:
         "                        fix: ask for more",
         "1 PASS, 0 WARN, 1 FAIL: fix each FAIL, then run `gennstack preflight` again before `make deploy`.",
     ]
+
+
+def test_an_unstubbed_call_is_caught_by_the_guard() -> None:
+    """The runner turns BotoCoreErrors into rows; Stubber's errors are BotoCoreErrors, so the tests'
+    guard (no row mentions a Stub error) is what catches a call nobody queued."""
+    stubs = Stubs()
+    results = run_preflight(context(stubs))
+    assert "UnStubbedResponseError" in results[0].summary
+    with pytest.raises(AssertionError):
+        stubs.assert_done(results)
