@@ -20,13 +20,14 @@ _SUBCOMMANDS: dict[str, str] = {
     "diagram": "gennstack.diagram",
     "bench": "gennstack.bench.cli",
     "gateway": "gennstack.gateway.cli",
+    "preflight": "gennstack.preflight.cli",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gennstack",
-        description="GenNStack tools: deployment summary, benchmarks and more.",
+        description="GenNStack tools: deployment summary, preflight checks, benchmarks and more.",
     )
     parser.add_argument("--version", action="version", version=f"gennstack {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
-
-from constructs import Construct
+if TYPE_CHECKING:  # importing them starts jsii's Node.js: only stacks need them, not the CLI tools
+    from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
+    from constructs import Construct
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,18 @@ class KubernetesRelease:
     pod_identity_agent: str = ""
 
 
+def _kubectl_v36(scope: Construct, construct_id: str) -> KubectlV36Layer:
+    from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
+
+    return KubectlV36Layer(scope, construct_id)
+
+
 KUBERNETES: dict[str, KubernetesRelease] = {
     # 1.36: the newest minor aws-cdk-lib 2.275 knows (KubernetesVersion.V1_36) and in EKS standard
     # support. Add-on builds seen on EKS 1.36 clusters.
     "1.36": KubernetesRelease(
         kubernetes="1.36",
-        kubectl_layer=lambda scope, construct_id: KubectlV36Layer(scope, construct_id),
+        kubectl_layer=lambda scope, construct_id: _kubectl_v36(scope, construct_id),
         addons={
             "vpc-cni": "v1.23.2-eksbuild.1",
             "coredns": "v1.14.7-eksbuild.11",

@@ -1,0 +1,110 @@
+"""``gennstack preflight``: check an AWS account and region for a first deploy, read-only.
+
+Reads the config the synth reads: cdk.json's ``context.gennstack`` (``--cdk-json``), deep-merged
+with ``--config PATH`` exactly like ``npx cdk synth -c config=PATH``. The region is ``--region``,
+else the config's ``region``, else your AWS profile's/environment's. Prints one row per finding
+(PASS / WARN / FAIL, with a fix); exits 1 on any FAIL, 2 when the config is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from botocore.exceptions import BotoCoreError
+
+from gennstack.config import ConfigError, GenNStackConfig, load_config
+from gennstack.preflight.aws import ClientFactory, session_clients
+from gennstack.preflight.checks import Context, run_preflight
+from gennstack.preflight.report import as_json, exit_code, table
+from gennstack.preflight.results import FAIL, Result
+
+
+def read_config(cdk_json: Path, config_file: str | None) -> GenNStackConfig:
+    """The config ``app.py`` builds: cdk.json's ``gennstack`` context plus the ``config`` file, if any."""
+    if not cdk_json.is_file():
+        raise ConfigError(f"config: {cdk_json} not found (run in the repository root, or pass --cdk-json PATH)")
+    try:
+        context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
+    except (json.JSONDecodeError, AttributeError) as exc:
+        raise ConfigError(f"config: {cdk_json} is not a cdk.json object: {exc}") from None
+    return load_config(context.get("gennstack"), config_file if config_file is not None else context.get("config"))
+
+
+def resolve_region(cli_region: str | None, config: GenNStackConfig, session_region: str | None) -> tuple[str | None, str]:
+    """--region wins, then the config's ``region`` (what the stack is pinned to), then the session's."""
+    if cli_region:
+        return cli_region, "--region"
+    if config.region:
+        return config.region, "config"
+    return session_region, "your AWS profile/environment"
+
+
+def _progress(stream: TextIO) -> Callable[[str], None]:
+    interactive = stream.isatty()
+
+    def show(message: str) -> None:
+        stream.write(f"\r\x1b[K{message}" if interactive else f"{message}\n")
+        stream.flush()
+
+    return show
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    make_session: Callable[..., Any] | None = None,
+    make_clients: Callable[[Any, str | None], ClientFactory] = session_clients,
+    now: datetime | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    """The command. Tests pass ``make_clients`` returning Stubber-wrapped clients and a fixed ``now``."""
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        config = read_config(Path(args.cdk_json), args.config)
+    except ConfigError as exc:
+        print(f"gennstack preflight: {exc}", file=err)
+        return 2
+    if make_session is None:
+        import boto3
+
+        make_session = boto3.Session
+    try:
+        session = make_session(profile_name=args.profile) if args.profile else make_session()
+        session_region = session.region_name
+    except BotoCoreError as exc:  # ProfileNotFound and friends: say what, no traceback
+        results = [Result("credentials", FAIL, f"cannot use AWS profile {args.profile!r}: {exc}",
+                          "`aws configure list-profiles` shows the profiles; `aws configure sso` adds one")]
+        region, source, account = args.region or config.region, "--region" if args.region else "config", None
+    else:
+        region, source = resolve_region(args.region, config, session_region)
+        ctx = Context(config=config, region=region, region_source=source, clients=make_clients(session, region),
+                      now=now or datetime.now(timezone.utc))
+        results = run_preflight(ctx, _progress(err))
+        account = ctx.account
+        if err.isatty():
+            err.write("\r\x1b[K")
+    render = as_json if args.json else table
+    print(render(results, account=account, region=region, region_source=source), file=out)
+    return exit_code(results)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "preflight",
+        help="check an AWS account and region for a first deploy (read-only API calls)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", metavar="PATH", help="config file deep-merged over cdk.json, as `-c config=PATH`")
+    parser.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help="cdk.json to read (default: %(default)s)")
+    parser.add_argument("--region", help="region to check (default: the config's region, else your profile's)")
+    parser.add_argument("--profile", help="AWS profile to use (default: the environment's credentials)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.set_defaults(func=run)
