@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, Aws, CfnResource, RemovalPolicy, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Annotations, Aws, CfnResource, RemovalPolicy, Stack, Token, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -14,6 +14,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
 from gennstack import versions
 from gennstack.config import ClusterConfig
+from gennstack.deploy_warnings import NO_ADMIN
 
 # Labels and taint of the system node group. Every system workload tolerates the taint; model
 # pods never do, so they can only land on Karpenter's accelerator nodes.
@@ -140,8 +141,13 @@ class Cluster(Construct):
         # account; created here so every controller's role works, and pinned.
         _cfn(self.cluster.eks_pod_identity_agent).add_property_override("AddonVersion", version.pod_identity_agent)
 
+        self.system_launch_template = system_node_launch_template(self, "SystemNodesLaunchTemplate")
         self.system_nodes = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=self.system_launch_template.launch_template_id,
+                version=self.system_launch_template.latest_version_number,
+            ),
             instance_types=[ec2.InstanceType(t) for t in config.system_node_instance_types],
             min_size=config.system_nodes_min,
             desired_size=config.system_nodes_min,
@@ -157,6 +163,9 @@ class Cluster(Construct):
 
         self.ready = self._order_node_group_and_addons()
 
+        if not config.admin_role_arns:
+            # Printed by `cdk synth` and `cdk deploy`; `gennstack summary` repeats it, preflight fails on it.
+            Annotations.of(self).add_warning_v2("gennstack:no-cluster-admin", NO_ADMIN)
         for index, role_arn in enumerate(config.admin_role_arns):
             self.cluster.grant_access(
                 f"Admin{index}",
@@ -246,6 +255,37 @@ class Cluster(Construct):
                 "assumable only by eks.amazonaws.com.",
             )
         )
+
+
+# The system nodes' root volume: the AL2023 EKS AMI's default size, encrypted gp3.
+SYSTEM_ROOT_VOLUME_GIB = 20
+
+
+def system_node_launch_template(scope: Construct, construct_id: str) -> ec2.LaunchTemplate:
+    """The system node group's launch template: IMDSv2 only, hop limit 1, an encrypted gp3 root volume.
+
+    Without a launch template EKS managed node groups get IMDS with a hop limit of 2, so any pod
+    on a system node could take the node role's credentials. With hop limit 1 only host-network
+    pods (the VPC CNI, kube-proxy, the Pod Identity agent) reach IMDS; controllers get their
+    roles from Pod Identity and are told their region and VPC in their chart values. EKS merges
+    the node group's AMI and bootstrap user data into this template (no image ID here), and it
+    must not name a disk size of its own (``diskSize`` conflicts with a launch template).
+    """
+    return ec2.LaunchTemplate(
+        scope,
+        construct_id,
+        require_imdsv2=True,
+        http_put_response_hop_limit=1,
+        http_endpoint=True,
+        block_devices=[
+            ec2.BlockDevice(
+                device_name="/dev/xvda",
+                volume=ec2.BlockDeviceVolume.ebs(
+                    SYSTEM_ROOT_VOLUME_GIB, volume_type=ec2.EbsDeviceVolumeType.GP3, encrypted=True, delete_on_termination=True
+                ),
+            )
+        ],
+    )
 
 
 def _addon_id(addon: str) -> str:

@@ -272,7 +272,9 @@ class Karpenter(Construct):
             cluster=cluster,
             chart=versions.KARPENTER,
             namespace=NAMESPACE,
-            values=chart_values(cluster_name=cluster_name, queue_name=self.interruption.queue.queue_name),
+            values=chart_values(
+                cluster_name=cluster_name, queue_name=self.interruption.queue.queue_name, region=Aws.REGION
+            ),
             # NodePools install after the controller serves (two replicas on the system nodes).
             wait=True,
             timeout=Duration.minutes(10),
@@ -329,8 +331,13 @@ class Karpenter(Construct):
                 Validations.of(policy).acknowledge(*acknowledgments)
 
 
-def chart_values(*, cluster_name: str, queue_name: str) -> dict:
-    """Helm values for the Karpenter chart: two replicas with a PDB, on the system nodes only."""
+def chart_values(*, cluster_name: str, queue_name: str, region: str) -> dict:
+    """Helm values for the Karpenter chart: two replicas with a PDB, on the system nodes only.
+
+    ``AWS_REGION`` is set: without it Karpenter v1.14.1 asks IMDS for the region
+    (``pkg/operator/operator.go``: ``imds.NewFromConfig(cfg).GetRegion`` when ``cfg.Region`` is
+    empty, and exits if that fails), and IMDS is out of a pod's reach on nodes with hop limit 1.
+    """
     return {
         "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
         "serviceAccount": {"create": False, "name": SERVICE_ACCOUNT},
@@ -339,6 +346,7 @@ def chart_values(*, cluster_name: str, queue_name: str) -> dict:
         "nodeSelector": SYSTEM_NODE_SELECTOR,
         "tolerations": SYSTEM_TOLERATIONS,
         "controller": {
+            "env": [{"name": "AWS_REGION", "value": region}],
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
         },
     }

@@ -20,8 +20,10 @@ POOL_NAMES = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
 GENERAL_POOL = "general"
 GENERATION_LABEL = "gennstack.io/generation"
 ON_DEMAND_SUFFIX = "-on-demand"
-# Karpenter prefers higher weights: spot first, on-demand only when spot cannot be had.
-SPOT_WEIGHT, ON_DEMAND_WEIGHT = 100, 10
+RESERVED_SUFFIX = "-reserved"
+# Karpenter prefers higher weights (1-100): capacity reservations first (paid for whether used or
+# not), then spot, on-demand only when neither can be had.
+RESERVED_WEIGHT, SPOT_WEIGHT, ON_DEMAND_WEIGHT = 100, 50, 10
 
 # Root volumes. inf2 has no instance store, so its root volume also holds the model cache
 # (Llama 3 70B in BF16 is ~140 GB) and gets more throughput; trn2 and g6e keep models on RAID0 NVMe.
@@ -35,7 +37,7 @@ _ROOT_VOLUME = {
 
 def node_class(
     *, name: str, generation: str | None, instance_types: tuple[str, ...], cluster_name: str, node_role: str,
-    security_group_id: str, tags: dict[str, str],
+    security_group_id: str, tags: dict[str, str], capacity_reservation_ids: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """An EC2NodeClass: AL2023 at a pinned AMI release, IMDSv2 only, encrypted gp3 root volume.
 
@@ -69,6 +71,10 @@ def node_class(
     }
     if has_nvme:
         spec["instanceStorePolicy"] = "RAID0"
+    if capacity_reservation_ids:
+        # On-Demand Capacity Reservations and Capacity Blocks by ID; Karpenter 1.14's
+        # reservedCapacity feature gate is on by default and offers them as capacity type "reserved".
+        spec["capacityReservationSelectorTerms"] = [{"id": reservation} for reservation in capacity_reservation_ids]
     return {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": name}, "spec": spec}
 
 
@@ -120,7 +126,12 @@ def _accelerator_disruption() -> dict[str, Any]:
 
 
 def node_pools(config: GenNStackConfig) -> list[dict[str, Any]]:
-    """The general CPU pool plus, for each enabled generation, a spot pool and (optionally) an on-demand fallback."""
+    """The general CPU pool plus, for each enabled generation, a spot pool and optional reserved and on-demand pools.
+
+    A generation with ``capacity_reservation_ids`` gets a ``<pool>-reserved`` NodePool (capacity
+    type ``reserved``, the highest weight) over its EC2NodeClass's reservations: Karpenter fills
+    the reservations first, then spot, then on-demand.
+    """
     pools = [
         _pool(
             name=GENERAL_POOL,
@@ -152,6 +163,8 @@ def node_pools(config: GenNStackConfig) -> list[dict[str, Any]]:
             {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
         ]
         capacity_types = [("spot", pool_name, SPOT_WEIGHT)]
+        if generation.capacity_reservation_ids:
+            capacity_types.insert(0, ("reserved", pool_name + RESERVED_SUFFIX, RESERVED_WEIGHT))
         if generation.on_demand_fallback:
             capacity_types.append(("on-demand", pool_name + ON_DEMAND_SUFFIX, ON_DEMAND_WEIGHT))
         for capacity_type, name, weight in capacity_types:
@@ -192,6 +205,7 @@ def node_classes(config: GenNStackConfig, *, node_role: str, security_group_id: 
                 node_role=node_role,
                 security_group_id=security_group_id,
                 tags=tags,
+                capacity_reservation_ids=generation.capacity_reservation_ids,
             )
         )
     return classes

@@ -14,6 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gennstack.deploy_warnings import config_warnings
+
 CONFIG_METADATA_KEY = "GenNStack::Config"
 
 
@@ -165,6 +167,8 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"  Generation {gen_name}: {generation.get('model_id')} @ {generation.get('model_revision')}: {where}, "
             f"{section.get('warm_spare_replicas', 0)} warm spare(s)"
         )
+    if config:
+        lines.extend(f"  WARNING: {warning}" for warning in config_warnings(config))
     return lines
 
 

@@ -17,3 +17,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 def synth_variant(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     """GenNStack with every non-default branch taken (see VARIANT)."""
     return synthesize(tmp_path_factory.mktemp("cdk-variant"), VARIANT)
+
+
+@pytest.fixture(scope="session")
+def any_synth_pair(synth: Synth, synth_variant: Synth) -> tuple[Synth, Synth]:
+    """Both synths, for assertions that must hold whatever the config."""
+    return synth, synth_variant

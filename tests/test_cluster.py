@@ -317,3 +317,28 @@ def test_iam_wildcards_only_where_acknowledged(synth: Synth) -> None:
                 if statement.get("Resource") == "*":
                     assert logical_id.startswith(allowed_prefixes), (logical_id, statement)
     Template.from_json(synth.template)  # the template parses as CloudFormation
+
+
+def test_system_nodes_use_a_launch_template_with_imdsv2_hop_limit_1(any_synth_pair) -> None:
+    """Without a launch template a managed node group gets IMDS hop limit 2: pods could take the node role."""
+    for synth in any_synth_pair:
+        (group,) = synth.resources("AWS::EKS::Nodegroup").values()
+        template_id = group["Properties"]["LaunchTemplate"]["Id"]["Ref"]
+        assert group["Properties"]["LaunchTemplate"]["Version"] == {"Fn::GetAtt": [template_id, "LatestVersionNumber"]}
+        assert "DiskSize" not in group["Properties"]  # EKS rejects it beside a launch template
+        data = synth.template["Resources"][template_id]["Properties"]["LaunchTemplateData"]
+        assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 1, "HttpTokens": "required"}
+        assert data["BlockDeviceMappings"] == [
+            {"DeviceName": "/dev/xvda", "Ebs": {"DeleteOnTermination": True, "Encrypted": True, "VolumeSize": 20, "VolumeType": "gp3"}}
+        ]
+        # EKS merges its AMI and bootstrap into the template: it must name neither.
+        assert "ImageId" not in data and "UserData" not in data
+
+
+def test_controllers_are_told_their_region(synth: Synth) -> None:
+    """With IMDS out of pods' reach (hop limit 1), a controller that asks IMDS for its region cannot start."""
+    charts = _charts(synth)
+    karpenter = json.dumps(charts["karpenter"]["Values"])
+    assert '\\"env\\":[{\\"name\\":\\"AWS_REGION\\",\\"value\\":\\"' in karpenter and "AWS::Region" in karpenter
+    controller = json.dumps(charts["aws-load-balancer-controller"]["Values"])
+    assert '\\"region\\":\\"' in controller and '\\"vpcId\\":\\"' in controller

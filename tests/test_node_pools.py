@@ -32,8 +32,9 @@ def _requirement(pool: dict, key: str) -> list[str]:
         {},
         {"generations": {"trn2": {"enabled": False, "on_demand_fallback": False}, "inf2": {"on_demand_fallback": False}}},
         {"generations": {"g6e": {"instance_types": ["g6e.48xlarge"], "max_nodes": 1}}},
+        {"generations": {"trn2": {"capacity_reservation_ids": ["cr-0123456789abcdef0", "cr-0fedcba9876543210"]}}},
     ],
-    ids=["default", "some-disabled", "single-type"],
+    ids=["default", "some-disabled", "single-type", "reserved"],
 )
 def test_every_manifest_validates_against_its_crd(overrides: dict) -> None:
     for manifest in [*_pools(overrides).values(), *_classes(overrides).values()]:
@@ -138,3 +139,28 @@ def test_nvme_raid0_where_the_instance_has_it() -> None:
     # inf2 has no instance store: its root volume holds the model cache.
     inf2_root = classes["gen1-inf2"]["spec"]["blockDeviceMappings"][0]["ebs"]
     assert inf2_root["volumeSize"] == "600Gi" and inf2_root["throughput"] == 1000
+
+
+RESERVED = ("cr-0123456789abcdef0", "cr-0fedcba9876543210")
+
+
+def test_reserved_capacity_pool_comes_first() -> None:
+    """Capacity reservations (ODCRs, Capacity Blocks) get their own NodePool with the highest weight.
+
+    Karpenter v1.14.1 offers reservations selected by the EC2NodeClass's
+    ``capacityReservationSelectorTerms`` as capacity type ``reserved`` (feature gate
+    ``reservedCapacity``, on by default in the chart's ``values.yaml`` at v1.14.1).
+    """
+    overrides = {"generations": {"trn2": {"capacity_reservation_ids": list(RESERVED)}}}
+    pools = _pools(overrides)
+    reserved, spot, on_demand = pools["gen2-trn2-reserved"], pools["gen2-trn2"], pools["gen2-trn2-on-demand"]
+    assert _requirement(reserved, "karpenter.sh/capacity-type") == ["reserved"]
+    assert reserved["spec"]["weight"] > spot["spec"]["weight"] > on_demand["spec"]["weight"]
+    assert reserved["spec"]["template"]["spec"]["nodeClassRef"]["name"] == "gen2-trn2"
+    assert reserved["spec"]["template"]["metadata"]["labels"]["gennstack.io/generation"] == "trn2"
+    assert reserved["spec"]["disruption"] == spot["spec"]["disruption"]
+    classes = _classes(overrides)
+    assert classes["gen2-trn2"]["spec"]["capacityReservationSelectorTerms"] == [{"id": r} for r in RESERVED]
+    # Only the generation with reservations changes.
+    assert "gen1-inf2-reserved" not in pools and "capacityReservationSelectorTerms" not in classes["gen1-inf2"]["spec"]
+    assert "gen2-trn2-reserved" not in _pools()

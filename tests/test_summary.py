@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from gennstack.cli import main
+from gennstack.deploy_warnings import NO_ADMIN, ZONES_BY_GETAZS
 from gennstack.summary import SummaryError, summarize
 from tests.support import Synth
 
@@ -19,13 +21,35 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "Bucket ModelStorageModelsBucket2AA7EB86: aws:kms, versioning on, on stack delete: Retain" in text
     assert "EKS cluster gennstack: Kubernetes 1.36, endpoint private, Auto Mode off" in text
     assert "karpenter 1.14.1" in text and "nvidia-device-plugin 0.20.1" in text
-    assert "NodePool gen1-inf2: inf2.48xlarge (spot, weight 100; limits cpu=768, memory=3072Gi, aws.amazon.com/neuron=48)" in text
+    assert "NodePool gen1-inf2: inf2.48xlarge (spot, weight 50; limits cpu=768, memory=3072Gi, aws.amazon.com/neuron=48)" in text
     assert "NodePool gen1-inf2-on-demand: inf2.48xlarge (on-demand, weight 10;" in text
     assert "Generation g6e: openai/gpt-oss-20b @ main: serves gpt-oss-20b, 2 replica(s), 0 warm spare(s)" in text
     assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct, llama-4-maverick" in text
     assert "alias gennstack-default: gpt-oss-20b w80 p0, llama-4-maverick w20 p0, llama-3-70b-instruct w1 p1" in text
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
+    # The defaults leave nobody able to reach the cluster and the zones to Fn::GetAZs: both said.
+    assert f"  WARNING: {NO_ADMIN}" in text
+    assert f"  WARNING: {ZONES_BY_GETAZS}" in text
+
+
+def test_synth_warns_when_nobody_can_reach_the_cluster(synth: Synth, synth_variant: Synth) -> None:
+    """aws-cdk-lib 2.275 reports construct warnings in the synth's validation report (printed by `cdk synth`).
+
+    The variant names an admin role, so it has no such warning.
+    """
+    def warnings(s: Synth) -> list[str]:
+        report_file = s.outdir / "validation-report.json"
+        if not report_file.exists():
+            return []
+        report = json.loads(report_file.read_text())
+        return [
+            violation["description"] for plugin in report["pluginReports"] for violation in plugin["violations"]
+            if violation["severity"] == "warning"
+        ]
+
+    assert any(NO_ADMIN in w for w in warnings(synth))
+    assert not any(NO_ADMIN in w for w in warnings(synth_variant))
 
 
 def test_summary_of_variant(synth_variant: Synth) -> None:
@@ -37,6 +61,7 @@ def test_summary_of_variant(synth_variant: Synth) -> None:
     assert "NodePool gen2-trn2" not in text
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct\n" in text + "\n"
     assert "endpoint public from 203.0.113.0/24 + private" in text
+    assert "WARNING" not in text  # an admin role and zones are set
 
 
 def test_cli_prints_summary(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:

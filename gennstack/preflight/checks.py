@@ -19,6 +19,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from gennstack.config import GenNStackConfig
+from gennstack.deploy_warnings import FIND_YOUR_ROLE
 from gennstack.preflight.aws import ClientFactory, describe_error, error_code
 from gennstack.preflight.capacity import QuotaNeed, vcpu_needs
 from gennstack.preflight.results import FAIL, PASS, WARN, Result
@@ -395,12 +396,6 @@ def check_lambda(ctx: Context) -> list[Result]:
 
 _ASSUMED_ROLE = re.compile(r"^arn:(?P<partition>aws[a-z-]*):sts::(?P<account>\d{12}):assumed-role/(?P<role>[^/]+)/")
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::(?P<account>\d{12}):role/(?:.*/)?(?P<role>[^/]+)$")
-SSO_FIX = (
-    "find your role: `aws sts get-caller-identity` shows arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION; "
-    "`aws iam get-role --role-name ROLE --query Role.Arn` prints the ARN to list, path included "
-    "(IAM Identity Center: arn:aws:iam::ACCOUNT:role/aws-reserved/sso.amazonaws.com/REGION/AWSReservedSSO_...; "
-    "EKS access entries take the path, unlike aws-auth)"
-)
 
 
 def _caller_role(ctx: Context) -> str | None:
@@ -430,9 +425,9 @@ def check_admins(ctx: Context) -> list[Result]:
     arns = ctx.config.cluster.admin_role_arns
     caller_role = _caller_role(ctx)
     if not arns:
-        fix = SSO_FIX
+        fix = FIND_YOUR_ROLE
         if caller_role and (own := _own_role_arn(ctx, caller_role)):
-            fix = f"add your role: cluster.admin_role_arns: [\"{own}\"] ({SSO_FIX})"
+            fix = f"add your role: cluster.admin_role_arns: [\"{own}\"] ({FIND_YOUR_ROLE})"
         return [Result("admins", FAIL, "cluster.admin_role_arns is empty: nobody but CDK's kubectl role could use the cluster", fix)]
     rows, names = [], set()
     for index, arn in enumerate(arns, start=1):
@@ -446,7 +441,7 @@ def check_admins(ctx: Context) -> list[Result]:
             continue
         actual = _role_arn(ctx, role)
         if actual is None:
-            rows.append(Result(row_id, FAIL, f"{arn}: no role {role} in account {ctx.account}", SSO_FIX))
+            rows.append(Result(row_id, FAIL, f"{arn}: no role {role} in account {ctx.account}", FIND_YOUR_ROLE))
         elif actual != arn:
             rows.append(Result(row_id, FAIL, f"{arn}: the role's ARN is {actual}",
                                f"list {actual} in cluster.admin_role_arns (the exact ARN, path included)"))
