@@ -191,3 +191,11 @@ def test_vllm_under_ray_gets_the_pods_cpus_for_openmp(objects) -> None:
     assert serve["applications"][0]["deployments"][0]["ray_actor_options"]["num_cpus"] == 1
     worker = server(objects, "inf2")
     assert env(worker)["GENNSTACK_OMP_NUM_THREADS"] == worker["resources"]["requests"]["cpu"] == "160"
+
+
+def test_g6e_tool_calling_off_passes_neither_flag() -> None:
+    """vLLM 0.29.0 vllm/entrypoints/launchers/cli_args.py: --enable-auto-tool-choice without
+    --tool-call-parser is refused at start, so the chart passes both or neither."""
+    values = {**REQUIRED, "g6e": {"toolCallParser": ""}}
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in helm.render(CHART, values, namespace=NAMESPACE)}
+    assert not {"--tool-call-parser", "--enable-auto-tool-choice"} & set(flags(objects, "g6e"))
