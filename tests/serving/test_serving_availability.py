@@ -116,6 +116,8 @@ def test_redis_survives_the_head_apart_from_it_on_demand(objects) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert redis["image"] == values["images"]["redis"] and not redis["image"].endswith(":latest")
     assert "--appendonly yes" in redis["args"][0] and "requirepass" in redis["args"][0]
+    # Redis's own ceiling (Redis "mb" = MiB) is 3/4 of the pod's limit: it refuses writes before the OOM killer.
+    assert "--maxmemory 768mb --maxmemory-policy noeviction" in redis["args"][0]
     assert redis["securityContext"]["readOnlyRootFilesystem"] is True
     assert redis["resources"]["limits"]["memory"] == values["inf2"]["redisResources"]["memory"]
     # A different pod from the head: the head's pod template selects nothing of Redis's.
@@ -312,3 +314,10 @@ def test_openmp_threads_are_the_worker_pods_whole_cpus(cpu, threads) -> None:
     service = named(helm.render(CHART, values))[("RayService", "gen1-inf2")]
     worker = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     assert env(worker)["GENNSTACK_OMP_NUM_THREADS"] == threads
+
+
+@pytest.mark.parametrize("memory, ceiling", [("1Gi", "768mb"), ("512Mi", "384mb"), ("4Gi", "3072mb")])
+def test_redis_memory_ceiling_follows_its_limit(memory, ceiling) -> None:
+    values = merged(REQUIRED, only("inf2"), {"inf2": {"redisResources": {"cpu": "250m", "memory": memory}}})
+    redis = named(helm.render(CHART, values))[("Deployment", "gen1-inf2-redis")]["spec"]["template"]["spec"]["containers"][0]
+    assert f"--maxmemory {ceiling} " in redis["args"][0]
