@@ -192,6 +192,9 @@ class G6eServing(_ModelServer):
     gpus_per_replica: int = 1
     # Share of each GPU's memory vLLM may use (weights + KV cache).
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.95)] = 0.9
+    # vLLM's tool-call parser (--tool-call-parser, with --enable-auto-tool-choice): "openai" is
+    # GPT-OSS's; None turns tool calling off. Change it with generations.g6e.model_id.
+    tool_call_parser: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] | None = "openai"
 
     @field_validator("gpus_per_replica")
     @classmethod

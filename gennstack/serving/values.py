@@ -148,6 +148,7 @@ def _g6e(section: G6eServing) -> dict[str, Any]:
         "replicas": section.replicas,
         "gpusPerReplica": section.gpus_per_replica,
         "gpuMemoryUtilization": section.gpu_memory_utilization,
+        "toolCallParser": section.tool_call_parser or "",
     }
 
 

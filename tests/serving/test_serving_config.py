@@ -74,6 +74,7 @@ def test_layout_errors_name_key_value_and_allowed(data, key, expected) -> None:
     ({"namespace": "GenNStack"}, "namespace", "must be a DNS label"),
     ({"g6e": {"tensor_parallel_size": 4}}, "g6e.tensor_parallel_size", "Extra inputs are not permitted"),
     ({"staging": "yes"}, "staging", "Input should be a valid boolean"),
+    ({"g6e": {"tool_call_parser": "open ai"}}, "g6e.tool_call_parser", "should match pattern"),
 ])
 def test_field_errors_name_key_and_allowed(data, key, expected) -> None:
     location, message = error(data)
@@ -120,3 +121,8 @@ def test_serving_values_shape() -> None:
     assert "image" not in values["g6e"]
     assert cdk_values(serving=ServingConfig.model_validate({"g6e": {"image": "registry.example.com/vllm:1.2.3"}}))["g6e"]["image"] == (
         "registry.example.com/vllm:1.2.3")
+
+
+def test_tool_calling_can_be_turned_off() -> None:
+    assert cdk_values()["g6e"]["toolCallParser"] == "openai"
+    assert cdk_values(serving=ServingConfig.model_validate({"g6e": {"tool_call_parser": None}}))["g6e"]["toolCallParser"] == ""

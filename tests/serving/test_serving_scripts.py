@@ -1,6 +1,7 @@
 """The scripts the chart's pods run (assets/charts/gennstack-serving/files), tested where they
 can run without a cluster: staging against moto's S3 and Secrets Manager with a stand-in Hub,
-the vLLM launcher, the Ray Serve proxy's helpers, and the shell scripts' syntax."""
+the Ray Serve proxy's helpers, and the shell scripts' syntax (the launcher, the Ray Serve
+replica's process handling and the sidecar run as processes in test_serving_processes.py)."""
 
 from __future__ import annotations
 
@@ -111,15 +112,6 @@ def test_stage_reads_the_token_from_secrets_manager(secret, token) -> None:
         secrets = boto3.client("secretsmanager", region_name="us-east-1")
         secrets.create_secret(Name="gennstack/hf-token", SecretString=secret)
         assert stage.hf_token(secrets, "gennstack/hf-token") == token
-
-
-def test_vllm_launcher_passes_arguments_unsplit() -> None:
-    launcher = load("vllm_serve")
-    args = ["--model", "/cache/m", "--additional-config", '{"override_neuron_config": {"moe_ep_degree": 16}}']
-    command = launcher.command("0.0.0.0", "8000", {"VLLM_ARGS": json.dumps(args)})
-    assert command[1:] == ["-m", "vllm.entrypoints.openai.api_server", "--host", "0.0.0.0", "--port", "8000", *args]
-    with pytest.raises(ValueError, match="JSON list of strings"):
-        launcher.command("0.0.0.0", "8000", {"VLLM_ARGS": '{"model": "x"}'})
 
 
 def test_ray_serve_app_imports_without_ray_and_drops_hop_by_hop_headers(monkeypatch) -> None:

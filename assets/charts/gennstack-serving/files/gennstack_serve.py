@@ -1,5 +1,5 @@
 """Ray Serve application of gen1-inf2: each Serve replica runs vLLM's own OpenAI-compatible
-server (`vllm.entrypoints.openai.api_server`, NxD Inference on Neuron) on its inf2 node and
+server (`vllm serve`, NxD Inference on Neuron) on its inf2 node and
 forwards requests to it, streaming responses back.
 
 Ray Serve does what it is good at (routing across replicas, autoscaling them on in-flight
@@ -8,19 +8,33 @@ g6e, so all three generations answer the same routes (/v1/chat/completions, /v1/
 /v1/models, /health). A replica becomes ready only once vLLM answers /health, i.e. after the
 compiled model is loaded onto the NeuronCores.
 
-    env (set on the Ray pods): VLLM_ARGS (JSON list of arguments), VLLM_PORT (default 8001);
-    PYTHONPATH holds /scripts, where the chart mounts this file and vllm_serve.py.
+vLLM runs in its own process group (`ServerProcess`), and stopping the replica stops the whole
+group: vLLM's engine and worker processes included, never an orphan holding NeuronCores. Ray
+forces OMP_NUM_THREADS=1 on an actor that asks for one CPU (ray/_private/utils.py,
+set_omp_num_threads_if_unset, Ray 2.60.0), and the vLLM child would inherit it; the chart's
+GENNSTACK_OMP_NUM_THREADS (the worker pod's CPUs: one vLLM per pod) replaces it.
+
+    env (set on the Ray pods): VLLM_ARGS (JSON list of arguments), GENNSTACK_VLLM_PORT (default
+    8001; not VLLM_PORT, which vLLM reads as the base of its own internal ports, vllm/envs.py),
+    GENNSTACK_OMP_NUM_THREADS; PYTHONPATH holds /scripts, where the chart mounts this file and
+    vllm_serve.py.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 
-from vllm_serve import command  # the chart's launcher, beside this file in /scripts
+from vllm_serve import command, environment  # the chart's launcher, beside this file in /scripts
+
+# Seconds vLLM gets to exit after SIGTERM before its process group is killed. The Neuron DLC's
+# vLLM 0.16.0 aborts in-flight requests on SIGTERM (it has no --shutdown-timeout), so exiting
+# takes seconds; Ray Serve has already drained the replica's requests before it calls __del__.
+STOP_TIMEOUT_S = 10.0
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and those the proxy recomputes.
 _DROP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -29,6 +43,61 @@ _DROP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization"
 
 def forwarded_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _DROP}
+
+
+def server_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment under Ray: the launcher's, with the chart's thread count for OpenMP."""
+    env = environment(environ)
+    env["OMP_NUM_THREADS"] = environ["GENNSTACK_OMP_NUM_THREADS"]
+    return env
+
+
+class ServerProcess:
+    """A server started as the leader of a new process group (session), stopped as a group."""
+
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        self.process = subprocess.Popen(list(argv), env=dict(env), start_new_session=True)
+
+    def exited(self) -> int | None:
+        return self.process.poll()
+
+    def wait_healthy(self, url: str, interval: float = 5.0) -> None:
+        """Return once ``url`` answers 200; raise if the server exits first (loading takes minutes)."""
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.process.returncode} while loading")
+            try:
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(interval)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM to the whole group; SIGKILL to whatever of it is left after ``timeout`` seconds."""
+        group = self.process.pid  # the leader's pid is the group's id (start_new_session)
+        self._signal(group, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self._alive(group):
+            time.sleep(0.1)
+        self._signal(group, signal.SIGKILL)
+        self.process.wait()
+
+    def _alive(self, group: int) -> bool:
+        self.process.poll()  # reap the leader, so a dead leader does not count
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    @staticmethod
+    def _signal(group: int, sig: signal.Signals) -> None:
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _deployment():
@@ -40,23 +109,19 @@ def _deployment():
     @serve.deployment(name="vllm")
     class VLLMServer:
         def __init__(self) -> None:
-            self.base = f"http://127.0.0.1:{os.environ.get('VLLM_PORT', '8001')}"
-            self.process = subprocess.Popen(command("127.0.0.1", os.environ.get("VLLM_PORT", "8001"), os.environ))
-            while True:  # loading takes minutes; the replica is not ready until vLLM is
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"vLLM exited with {self.process.returncode} while loading")
-                try:
-                    with urllib.request.urlopen(self.base + "/health", timeout=5) as response:
-                        if response.status == 200:
-                            break
-                except OSError:
-                    pass
-                time.sleep(5)
+            port = os.environ.get("GENNSTACK_VLLM_PORT", "8001")
+            self.base = f"http://127.0.0.1:{port}"
             self.session: aiohttp.ClientSession | None = None
+            self.server = ServerProcess(command("127.0.0.1", port, os.environ), server_environment(os.environ))
+            try:  # the replica is not ready until vLLM is
+                self.server.wait_healthy(self.base + "/health")
+            except BaseException:
+                self.server.stop()
+                raise
 
         async def check_health(self) -> None:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.process.returncode}")
+            if (code := self.server.exited()) is not None:
+                raise RuntimeError(f"vLLM exited with {code}")
             session = await self._session()
             async with session.get(self.base + "/health", timeout=aiohttp.ClientTimeout(total=10)) as response:
                 if response.status != 200:
@@ -85,8 +150,11 @@ def _deployment():
             return StreamingResponse(body(), status_code=upstream.status, headers=headers)
 
         def __del__(self) -> None:
-            if self.process.poll() is None:
-                self.process.terminate()
+            # Ray Serve calls this after draining the replica (graceful_shutdown_wait_loop_s /
+            # graceful_shutdown_timeout_s in the Serve config); stop vLLM's whole process group.
+            server = getattr(self, "server", None)
+            if server is not None:
+                server.stop()
 
     return VLLMServer
 

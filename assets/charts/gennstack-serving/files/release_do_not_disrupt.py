@@ -2,10 +2,11 @@
 server answers its health check, so Karpenter leaves a node alone while a model is loading (a
 disruption then would throw away minutes of loading) and treats it normally afterwards.
 
-Talks to the Kubernetes API with the pod's ServiceAccount token (a Role allows `patch` on pods in
-this namespace). Then idles: a sidecar that exits is restarted.
+Talks to the Kubernetes API with the pod's ServiceAccount token: a Role allows `patch` on pods in
+this namespace, and the chart's ValidatingAdmissionPolicy narrows that to removing this annotation
+from the pod the token is bound to. Then idles: a sidecar that exits is restarted.
 
-    env: HEALTH_URL POD_NAME
+    env: HEALTH_URL POD_NAME; SERVICE_ACCOUNT_DIR (default: where Kubernetes mounts the token)
 """
 
 import json
@@ -14,7 +15,7 @@ import ssl
 import time
 import urllib.request
 
-ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+ACCOUNT = os.environ.get("SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount")
 ANNOTATION = "karpenter.sh/do-not-disrupt"
 
 

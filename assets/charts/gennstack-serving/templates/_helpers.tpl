@@ -174,6 +174,11 @@ use the same list, so compiled artifacts always match what serving loads.
 {{- else }}
 {{- $s3 := printf "s3://%s/%s" (include "gennstack-serving.modelsBucket" .root) .gen.modelPrefix }}
 {{- $args = concat (list "--model" $s3 "--load-format" "runai_streamer") $args (list "--tensor-parallel-size" (toString (int $v.gpusPerReplica)) "--gpu-memory-utilization" (toString $v.gpuMemoryUtilization)) }}
+{{- /* vLLM 0.29.0 drains in-flight requests on SIGTERM for up to --shutdown-timeout seconds. */}}
+{{- $args = concat $args (list "--shutdown-timeout" (include "gennstack-serving.shutdownTimeoutSeconds" .)) }}
+{{- if $v.toolCallParser }}
+{{- $args = concat $args (list "--tool-call-parser" $v.toolCallParser "--enable-auto-tool-choice") }}
+{{- end }}
 {{- end }}
 {{- toJson $args }}
 {{- end }}
@@ -263,12 +268,12 @@ topologySpreadConstraints:
     sizeLimit: 16Gi
 {{- end }}
 
-{{/* preStop: keep serving while endpoints drop the pod, then let SIGTERM drain the server. */}}
+{{/* preStop: keep serving while endpoints drop the pod, then SIGTERM (see preStopSeconds). */}}
 {{- define "gennstack-serving.lifecycle" -}}
 lifecycle:
   preStop:
     sleep:
-      seconds: {{ .root.Values.spot.preStopSleepSeconds }}
+      seconds: {{ include "gennstack-serving.preStopSeconds" . }}
 {{- end }}
 
 {{- define "gennstack-serving.probes" -}}
@@ -278,11 +283,15 @@ startupProbe:
     port: {{ .port }}
   periodSeconds: 10
   failureThreshold: {{ div (int .timeout) 10 }}
+  # vLLM answers /health from its API server's event loop, which a full batch can hold for more
+  # than the 1 s default: a slow answer is not a dead server.
+  timeoutSeconds: 5
 readinessProbe:
   httpGet:
     path: {{ .path }}
     port: {{ .port }}
   periodSeconds: 5
+  timeoutSeconds: 5
   failureThreshold: 2
 livenessProbe:
   httpGet:
@@ -291,4 +300,90 @@ livenessProbe:
   periodSeconds: 15
   timeoutSeconds: 5
   failureThreshold: 4
+{{- end }}
+
+{{/*
+Seconds from the end of a server's drain to SIGKILL, for the process to exit and free its
+accelerators.
+*/}}
+{{- define "gennstack-serving.exitMarginSeconds" -}}10{{- end }}
+
+{{/*
+Whether a generation's server drains in-flight requests after SIGTERM: vLLM 0.29.0 (g6e) does, for
+--shutdown-timeout seconds; the Neuron DLC's vLLM 0.16.0 (trn2, and inf2's vLLM under Ray) has no
+such flag and aborts them on SIGTERM.
+*/}}
+{{- define "gennstack-serving.drainsOnSigterm" -}}{{ eq .gen.name "g6e" }}{{- end }}
+
+{{/*
+preStop sleep of a server. One that drains on SIGTERM sleeps spot.preStopSleepSeconds (endpoints
+drop it, no new request arrives) and then drains. One that cannot drain keeps serving its in-flight
+requests through the sleep itself: the whole grace period less the exit margin.
+*/}}
+{{- define "gennstack-serving.preStopSeconds" -}}
+{{- $grace := int .root.Values.spot.terminationGracePeriodSeconds }}
+{{- $margin := int (include "gennstack-serving.exitMarginSeconds" .) }}
+{{- if eq (include "gennstack-serving.drainsOnSigterm" .) "true" }}
+{{- .root.Values.spot.preStopSleepSeconds }}
+{{- else }}
+{{- max 0 (sub $grace $margin) }}
+{{- end }}
+{{- end }}
+
+{{/* vLLM's --shutdown-timeout: what is left of the grace period after preStop and the exit margin. */}}
+{{- define "gennstack-serving.shutdownTimeoutSeconds" -}}
+{{- $grace := int .root.Values.spot.terminationGracePeriodSeconds }}
+{{- $preStop := int .root.Values.spot.preStopSleepSeconds }}
+{{- $margin := int (include "gennstack-serving.exitMarginSeconds" .) }}
+{{- $drain := sub (sub $grace $preStop) $margin }}
+{{- if lt $drain 1 }}
+{{- fail (printf "spot.terminationGracePeriodSeconds: got %d; allowed: at least spot.preStopSleepSeconds (%d) + %d + 1, so vLLM drains for at least 1 s (--shutdown-timeout)" $grace $preStop $margin) }}
+{{- end }}
+{{- $drain }}
+{{- end }}
+
+{{/*
+sha256 of the chart scripts one workload runs (call with (dict "root" $ "files" (list ...))), for a
+checksum/scripts annotation: changing one script restarts only the pods that run it.
+*/}}
+{{- define "gennstack-serving.scriptsChecksum" -}}
+{{- $text := "" }}
+{{- range $file := .files }}
+{{- $content := $.root.Files.Get (printf "files/%s" $file) }}
+{{- if not $content }}{{ fail (printf "scriptsChecksum: files/%s is not in the chart" $file) }}{{ end }}
+{{- $text = printf "%s\n--- %s\n%s" $text $file $content }}
+{{- end }}
+{{- sha256sum $text }}
+{{- end }}
+
+{{/*
+The scripts a generation's serving pod runs: the vLLM launcher, the s5cmd sync (Neuron) and the
+do-not-disrupt release sidecar (when enabled); gen1-inf2 also the Ray Serve application.
+*/}}
+{{- define "gennstack-serving.serverScripts" -}}
+{{- $files := list "vllm_serve.py" }}
+{{- if eq .gen.name "inf2" }}{{ $files = append $files "gennstack_serve.py" }}{{ end }}
+{{- if .gen.neuron }}{{ $files = append $files "sync-from-s3.sh" }}{{ end }}
+{{- if .root.Values.loading.releaseDoNotDisruptWhenReady }}{{ $files = append $files "release_do_not_disrupt.py" }}{{ end }}
+{{- toJson $files }}
+{{- end }}
+
+{{/*
+Pins a pod to on-demand nodes of the general CPU pool: for what must not be reclaimed with spot
+(gen1-inf2's Ray head and its GCS Redis). The system node group's m7i/m6i/m7a.large nodes (2 vCPU,
+8 GiB) cannot hold the head's 2 CPU / 8 GiB besides the system pods.
+*/}}
+{{- define "gennstack-serving.onDemandGeneral" -}}
+nodeSelector:
+  gennstack.io/pool: general
+  karpenter.sh/capacity-type: on-demand
+{{- end }}
+
+{{/* Whole CPUs of a Kubernetes CPU quantity ("160", "1.5", "500m"), at least 1. */}}
+{{- define "gennstack-serving.wholeCpus" -}}
+{{- if hasSuffix "m" . }}
+{{- max 1 (div (int (trimSuffix "m" .)) 1000) }}
+{{- else }}
+{{- max 1 (int (floor (float64 .))) }}
+{{- end }}
 {{- end }}
