@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ACCELERATORS", "GPU_ACTIVATION_MARGIN_BYTES", "MODELS", "NEURON_RESERVE_SHARE", "Accelerator",
-    "CapacityError", "Layout", "ModelSpec", "Plan", "check", "gb", "kv_heads_per_rank", "plan", "summary_line",
+    "CapacityError", "Layout", "ModelSpec", "Plan", "check", "gb", "kv_heads_per_rank", "markdown_table", "plan", "summary_line",
 ]
 
 GB = 10**9
@@ -315,3 +315,26 @@ def summary_line(p: Plan) -> str:
         f"at most {p.max_sequences} sequences of {lay.max_model_len} tokens"
     )
 
+
+
+def markdown_table(plans: dict[str, Plan]) -> str:
+    """The docs' table of the default layouts (README.md and docs/serving.md; tests/test_docs.py
+    checks both hold exactly this)."""
+    rows = [
+        "| generation | model | layout | memory per core/GPU | weights | KV cache | margin | free | sequences of max_model_len that fit |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in plans.items():
+        lay = p.layout
+        parallel = f"TP {lay.tensor_parallel_size}" + (f", vision TP {lay.vision_tensor_parallel_size}"
+                                                       if lay.vision_tensor_parallel_size else "")
+        if not p.neuron:
+            parallel += f", gpu_memory_utilization {lay.gpu_memory_utilization}"
+        kv = (f"{gb(p.kv_cache)} ({lay.max_num_seqs} x {lay.max_model_len} tokens)" if p.neuron
+              else f"{gb(p.kv_cache)} (paged, shared; {gb(p.kv_per_sequence)} per {lay.max_model_len}-token sequence)")
+        rows.append(
+            f"| `{name}` | {p.model.model_id} | {parallel}, {lay.max_num_seqs} seqs x {lay.max_model_len} tokens | "
+            f"{gb(p.accelerator.memory_bytes)} ({p.accelerator.name}) | {gb(p.weights)} | {kv} | {gb(p.margin)} | "
+            f"{gb(p.free)} | {p.max_sequences} |"
+        )
+    return "\n".join(rows)
