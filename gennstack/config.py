@@ -26,6 +26,7 @@ from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, Str
 from gennstack.instances import INSTANCE_TYPES, family
 from gennstack.gateway.config import GatewayConfig
 from gennstack.serving.config import ServingConfig
+from gennstack.serving.fit import check_fits
 
 __all__ = [
     "ConfigError",
@@ -409,8 +410,6 @@ class GenNStackConfig(StrictModel):
                 raise FieldError("network.availability_zones", wrong, f"zone names of region {self.region}, like {self.region}a")
         if not self.generations.enabled():
             raise FieldError("generations", "all disabled", "at least one enabled generation")
-        from gennstack.serving.values import check_fits  # imports this module: load at call time
-
         check_fits(self.generations, self.serving)
         from gennstack.gateway.config import routing_table
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gennstack.deploy_warnings import config_warnings
+from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 
 CONFIG_METADATA_KEY = "GenNStack::Config"
 
@@ -167,9 +168,27 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"  Generation {gen_name}: {generation.get('model_id')} @ {generation.get('model_revision')}: {where}, "
             f"{section.get('warm_spare_replicas', 0)} warm spare(s)"
         )
+        capacity = capacity_line(gen_name, generation, section)
+        if has_serving_chart and capacity:
+            lines.append(f"    Memory: {capacity}")
     if config:
         lines.extend(f"  WARNING: {warning}" for warning in config_warnings(config))
     return lines
+
+
+def capacity_line(gen_name: str, generation: dict[str, Any], section: dict[str, Any]) -> str | None:
+    """Layout and bytes per NeuronCore/GPU (gennstack.serving.capacity), from the recorded config."""
+    model = MODELS.get(generation.get("model_id", ""))
+    if model is None or "max_num_seqs" not in section:
+        return None
+    # Template metadata may hold numbers as strings (CDK renders metadata values): convert back.
+    seqs, length = int(section["max_num_seqs"]), int(section["max_model_len"])
+    if gen_name == "g6e":
+        layout = Layout("g6e", int(section["gpus_per_replica"]), seqs, length, float(section["gpu_memory_utilization"]))
+    else:
+        layout = Layout(gen_name, int(section["tensor_parallel_size"]), seqs, length,
+                        vision_tensor_parallel_size=int(section.get("vision_tensor_parallel_size", 0)))
+    return summary_line(plan(layout, model))
 
 
 def node_pools(template: dict[str, Any]) -> list[dict[str, Any]]:

@@ -55,3 +55,15 @@ def test_diagram_command_updates_a_readme(synth: Synth, tmp_path, capsys) -> Non
     assert main(["diagram", "--cdk-out", str(synth.outdir), "--update-readme", str(readme)]) == 1
     assert main(["diagram", "--cdk-out", str(synth.outdir), "--stack", "Nope"]) == 1
     assert "no stack 'Nope'" in capsys.readouterr().out
+
+
+def test_memory_tables_are_the_capacity_model_of_the_default_config() -> None:
+    """README.md and docs/serving.md show gennstack.serving.capacity's numbers for the defaults."""
+    from gennstack.config import load_config
+    from gennstack.serving.capacity import markdown_table
+    from gennstack.serving.fit import plans
+
+    config = load_config({})
+    block = "<!-- capacity:start -->\n" + markdown_table(plans(config.generations, config.serving)) + "\n<!-- capacity:end -->"
+    for doc in (README, (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")):
+        assert block in doc, "memory table is stale: regenerate it from gennstack.serving.capacity.markdown_table"

@@ -25,6 +25,13 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "NodePool gen1-inf2-on-demand: inf2.48xlarge (on-demand, weight 10;" in text
     assert "Generation g6e: openai/gpt-oss-20b @ main: serves gpt-oss-20b, 2 replica(s), 0 warm spare(s)" in text
     assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
+    # Per generation: layout and bytes per NeuronCore/GPU from gennstack.serving.capacity.
+    assert ("    Memory: TP 24, 20 seqs x 8192 tokens; per NeuronCore (16.00 GB): weights 6.22 GB, KV 6.71 GB, "
+            "margin 1.60 GB, free 1.47 GB; at most 24 sequences of 8192 tokens") in text.splitlines()
+    assert ("    Memory: TP 64 (vision TP 16), 16 seqs x 8192 tokens; per NeuronCore (24.00 GB): weights 12.71 GB, "
+            "KV 3.22 GB, margin 2.40 GB, free 5.67 GB; at most 44 sequences of 8192 tokens") in text.splitlines()
+    assert ("    Memory: TP 1, 64 seqs x 32768 tokens; per GPU (48.00 GB): weights 13.80 GB, KV 26.18 GB, "
+            "margin 8.02 GB, free 0.00 GB; at most 25 sequences of 32768 tokens") in text.splitlines()
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct, llama-4-maverick" in text
     assert "alias gennstack-default: gpt-oss-20b w80 p0, llama-4-maverick w20 p0, llama-3-70b-instruct w1 p1" in text
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text

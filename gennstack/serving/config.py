@@ -13,6 +13,9 @@ The hardware facts the rules use are EC2's published specifications:
   Logical NeuronCore Config 2 (two physical cores per logical core), so 64 logical cores,
   96 GB HBM per chip, 24 GB per logical core. NxD Inference's Trn2 guides: "With LNC=2, you
   can set a TP degree up to 64".
+
+Whether a layout fits the accelerators' memory depends on the model served, which
+``generations`` names: :mod:`gennstack.serving.fit` checks it with :mod:`gennstack.serving.capacity`.
 """
 
 from __future__ import annotations
@@ -27,11 +30,7 @@ from gennstack.config_base import FieldError, StrictModel
 __all__ = ["G6eServing", "Inf2Serving", "ServingConfig", "Trn2Serving", "INF2_NEURON_CORES", "TRN2_LOGICAL_CORES"]
 
 INF2_NEURON_CORES = 24  # inf2.48xlarge: 12 chips x 2 NeuronCores
-INF2_HBM_GB_PER_CORE = 16  # 32 GB per chip / 2 cores
 TRN2_LOGICAL_CORES = 64  # trn2.48xlarge: 16 chips x 8 physical cores / LNC 2
-TRN2_HBM_GB_PER_CORE = 24  # 96 GB per chip / 4 logical cores
-# Share of accelerator memory the weights may take; the rest holds the KV cache and activations.
-WEIGHTS_HBM_SHARE = 0.8
 
 _SERVED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 # registry/path:tag or registry/path@sha256:digest (optionally both). Never a bare name or :latest.
@@ -86,48 +85,24 @@ class Inf2Serving(_ModelServer):
 
     served_model_name: str = "llama-3-70b-instruct"
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 8192
-    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 32
+    # 20: at TP 24 and 8192 tokens each sequence's KV cache takes 0.34 GB per NeuronCore; 24 would
+    # fit next to 6.22 GB of weights and the runtime reserve, 20 leaves 1.47 GB spare.
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 20
     # Ray Serve autoscaling: replicas (one per inf2.48xlarge) between these bounds ...
     min_replicas: Replicas = 1
     max_replicas: Replicas = 2
     # ... aiming at this many in-flight requests per replica.
     target_ongoing_requests: Annotated[int, Field(ge=1, le=1024)] = 16
-    # Tensor parallelism over NeuronCores. 16: the attention heads (64) must split evenly, so
-    # 24 (all cores) is out; 8 cores hold 128 GB HBM, less than the 141 GB of BF16 weights; 16
-    # gives 4 query heads per core, each of the 8 KV heads replicated on 2 cores, 8.8 GB of
-    # weights per core and the rest of 16 GB for the KV cache.
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 16
-    # The model's shape, from its config.json (num_attention_heads, num_key_value_heads) and its
-    # size in BF16 (70.6 B parameters x 2 bytes). Only change them with model_id.
-    num_attention_heads: Annotated[int, Field(ge=1)] = 64
-    num_key_value_heads: Annotated[int, Field(ge=1)] = 8
-    weights_gb: Annotated[int, Field(ge=1)] = 141
+    # Tensor parallelism over NeuronCores. 24, all of an inf2.48xlarge: NxD Inference pads the
+    # 64 query heads to 72 (3 per core) and replicates each of the 8 KV heads to 3 cores, so no
+    # core idles (8 idle cores are a third of the node's price). Which degrees fit, and how many
+    # sequences, is computed per NeuronCore by gennstack.serving.capacity for the model served.
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 24
 
     @model_validator(mode="after")
     def _layout(self) -> Inf2Serving:
         if self.max_replicas < self.min_replicas:
             raise FieldError("max_replicas", self.max_replicas, f"at least min_replicas ({self.min_replicas})")
-        if self.num_key_value_heads > self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
-            raise FieldError(
-                "num_key_value_heads", self.num_key_value_heads, f"a divisor of num_attention_heads ({self.num_attention_heads})"
-            )
-        tp, heads, kv = self.tensor_parallel_size, self.num_attention_heads, self.num_key_value_heads
-        budget = INF2_HBM_GB_PER_CORE * WEIGHTS_HBM_SHARE
-        valid = [d for d in range(1, INF2_NEURON_CORES + 1)
-                 if heads % d == 0 and (kv % d == 0 or d % kv == 0) and self.weights_gb / d <= budget]
-        if heads % tp:
-            raise FieldError("tensor_parallel_size", tp, f"a divisor of the {heads} attention heads; for this model: {valid}")
-        if kv % tp and tp % kv:
-            raise FieldError(
-                "tensor_parallel_size", tp,
-                f"a divisor or a multiple of the {kv} KV heads (each core holds whole KV heads); for this model: {valid}",
-            )
-        if self.weights_gb / tp > budget:
-            raise FieldError(
-                "tensor_parallel_size", tp,
-                f"enough NeuronCores that {self.weights_gb} GB of weights take at most {WEIGHTS_HBM_SHARE:.0%} of "
-                f"{INF2_HBM_GB_PER_CORE} GB per core ({self.weights_gb / tp:.1f} GB each now); for this model: {valid}",
-            )
         if self.target_ongoing_requests > self.max_num_seqs:
             raise FieldError(
                 "target_ongoing_requests", self.target_ongoing_requests, f"at most max_num_seqs ({self.max_num_seqs}), the batch one replica runs"
@@ -143,38 +118,32 @@ class Trn2Serving(_ModelServer):
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 16
     # Deployment replicas, one per trn2.48xlarge.
     replicas: Replicas = 1
-    # Tensor parallelism over the 64 logical NeuronCores: attention and dense layers split 64 ways.
-    # 64: Maverick is ~801 GB in BF16; 32 cores hold 768 GB, too little even before the KV cache.
+    # Tensor parallelism over the 64 logical NeuronCores: attention, dense and MoE layers split 64
+    # ways (Maverick is ~801 GB in BF16; 32 cores hold 768 GB, too little). NxD Inference's Llama 4
+    # guide runs text TP 64 with context parallelism 16 and the vision encoder at TP 16 x DP 4;
+    # it documents no expert parallelism for Llama 4, so GenNStack sets none.
     tensor_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 64
-    # The MoE layers split the same 64 cores into expert-parallel groups x tensor-parallel shards:
-    # 16 groups (one per chip, 8 of the 128 experts each) x 4 shards (the chip's 4 logical cores
-    # split each expert), so an expert's matmuls stay on one chip and only the token all-to-all
-    # crosses chips.
-    moe_ep_degree: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 16
-    moe_tp_degree: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 4
-    # The model's shape: routed experts (config.json text_config.num_local_experts) and BF16 size.
-    num_experts: Annotated[int, Field(ge=1)] = 128
-    weights_gb: Annotated[int, Field(ge=1)] = 801
+    # Context parallelism of the text model's prefill attention (NxD Inference cp_degree).
+    context_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 16
+    # The vision encoder's TP degree; it runs data parallel over the rest (64 / 16 = DP 4).
+    vision_tensor_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 16
+    # Shard the checkpoint once, in the compile Job, into the compiled artifacts (one safetensors
+    # file per rank, about the weights' size again), so serving pods load shards instead of
+    # re-sharding ~800 GB at every start.
+    save_sharded_checkpoint: bool = True
 
     @model_validator(mode="after")
     def _layout(self) -> Trn2Serving:
         tp = self.tensor_parallel_size
         if TRN2_LOGICAL_CORES % tp:
             raise FieldError("tensor_parallel_size", tp, f"a divisor of the {TRN2_LOGICAL_CORES} logical NeuronCores (LNC=2): 1, 2, 4, 8, 16, 32, 64")
-        if self.weights_gb / tp > TRN2_HBM_GB_PER_CORE * WEIGHTS_HBM_SHARE:
-            raise FieldError(
-                "tensor_parallel_size",
-                tp,
-                f"enough cores that {self.weights_gb} GB of weights take at most {WEIGHTS_HBM_SHARE:.0%} of "
-                f"{TRN2_HBM_GB_PER_CORE} GB per logical core ({self.weights_gb / tp:.1f} GB each now)",
-            )
-        if self.moe_ep_degree * self.moe_tp_degree != tp:
-            raise FieldError(
-                "moe_ep_degree", self.moe_ep_degree,
-                f"moe_ep_degree x moe_tp_degree ({self.moe_tp_degree}) = tensor_parallel_size ({tp})",
-            )
-        if self.num_experts % self.moe_ep_degree:
-            raise FieldError("moe_ep_degree", self.moe_ep_degree, f"a divisor of the {self.num_experts} experts")
+        divisors = [d for d in range(1, tp + 1) if tp % d == 0]
+        if tp % self.context_parallel_size:
+            raise FieldError("context_parallel_size", self.context_parallel_size,
+                             f"a divisor of tensor_parallel_size ({tp}): {divisors}")
+        if tp % self.vision_tensor_parallel_size:
+            raise FieldError("vision_tensor_parallel_size", self.vision_tensor_parallel_size,
+                             f"a divisor of tensor_parallel_size ({tp}, the vision encoder's world size): {divisors}")
         return self
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gennstack.config import ConfigError, GenerationConfig, GenerationsConfig, GenNStackConfig
+from gennstack.config import ConfigError, GenerationConfig, GenNStackConfig
 from gennstack.instances import INSTANCE_TYPES
 from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn2Serving
+from gennstack.serving.fit import check_fits
 from gennstack.storage_layout import compile_cache_prefix, model_prefix
 
 __all__ = ["NEURON_SDK_VERSION", "compile_cache_prefixes", "compile_layout", "model_prefixes", "serving_values"]
@@ -38,7 +39,8 @@ def compile_layout(generation: str, serving: ServingConfig) -> str:
         parallel = f"tp{section.tensor_parallel_size}"
     elif generation == "trn2":
         section = serving.trn2
-        parallel = f"tp{section.tensor_parallel_size}-ep{section.moe_ep_degree}"
+        parallel = (f"tp{section.tensor_parallel_size}-cp{section.context_parallel_size}"
+                    f"-vtp{section.vision_tensor_parallel_size}{'-sharded' if section.save_sharded_checkpoint else ''}")
     else:
         raise ValueError(f"generation: got {generation!r}; allowed: one of {list(NEURON_GENERATIONS)} (Neuron only)")
     return f"{parallel}-seqs{section.max_num_seqs}-len{section.max_model_len}"
@@ -136,8 +138,9 @@ def _inf2(section: Inf2Serving, generation: GenerationConfig) -> dict[str, Any]:
 def _trn2(section: Trn2Serving, generation: GenerationConfig) -> dict[str, Any]:
     return {
         "tensorParallelSize": section.tensor_parallel_size,
-        "moeEpDegree": section.moe_ep_degree,
-        "moeTpDegree": section.moe_tp_degree,
+        "contextParallelSize": section.context_parallel_size,
+        "visionTensorParallelSize": section.vision_tensor_parallel_size,
+        "saveShardedCheckpoint": section.save_sharded_checkpoint,
         "neuronChips": _chips(generation),
         "replicas": section.replicas,
     }
@@ -151,28 +154,3 @@ def _g6e(section: G6eServing) -> dict[str, Any]:
         "toolCallParser": section.tool_call_parser or "",
     }
 
-
-def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
-    """Each enabled generation's replica must fit the instance types its NodePool may launch."""
-    inf2, trn2, g6e = generations.inf2, generations.trn2, generations.g6e
-    if inf2.enabled:
-        cores = min(INSTANCE_TYPES[t].accelerators for t in inf2.instance_types) * 2
-        if serving.inf2.tensor_parallel_size > cores:
-            raise ConfigError(
-                f"serving.inf2.tensor_parallel_size: got {serving.inf2.tensor_parallel_size}; allowed: at most the "
-                f"{cores} NeuronCores of the smallest type in generations.inf2.instance_types {list(inf2.instance_types)}"
-            )
-    if trn2.enabled:
-        cores = min(INSTANCE_TYPES[t].accelerators for t in trn2.instance_types) * 4
-        if serving.trn2.tensor_parallel_size > cores:
-            raise ConfigError(
-                f"serving.trn2.tensor_parallel_size: got {serving.trn2.tensor_parallel_size}; allowed: at most the "
-                f"{cores} logical NeuronCores of the smallest type in generations.trn2.instance_types"
-            )
-    if g6e.enabled:
-        most = max(INSTANCE_TYPES[t].accelerators for t in g6e.instance_types)
-        if serving.g6e.gpus_per_replica > most:
-            raise ConfigError(
-                f"serving.g6e.gpus_per_replica: got {serving.g6e.gpus_per_replica}; allowed: at most {most}, the GPUs of "
-                f"the largest type in generations.g6e.instance_types {list(g6e.instance_types)} (add g6e.12xlarge for 4)"
-            )

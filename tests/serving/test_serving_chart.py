@@ -173,8 +173,10 @@ def test_schema_rejects_typos(typo, wrong) -> None:
 
 @pytest.mark.parametrize("bad", [
     {"g6e": {"gpusPerReplica": 3}},
-    {"inf2": {"tensorParallelSize": 24}},
+    {"inf2": {"tensorParallelSize": 12}},
     {"trn2": {"tensorParallelSize": 48}},
+    {"trn2": {"contextParallelSize": 3}},
+    {"trn2": {"saveShardedCheckpoint": "yes"}},
     {"spot": {"terminationGracePeriodSeconds": 150}},
     {"priorityClasses": {"warmSpare": {"value": 10}}},
     {"images": {"vllm": "vllm/vllm-openai:latest"}},
@@ -393,7 +395,7 @@ def test_ray_serve_autoscaling_follows_values(rendered_all) -> None:
     serve = yaml.safe_load(service["spec"]["serveConfigV2"])
     deployment = serve["applications"][0]["deployments"][0]
     assert deployment["autoscaling_config"] == {"min_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 8}
-    assert deployment["ray_actor_options"]["resources"] == {"neuron_cores": 16}
+    assert deployment["ray_actor_options"]["resources"] == {"neuron_cores": 24}
     assert serve["applications"][0]["import_path"] == "gennstack_serve:app"
     assert serve["http_options"]["port"] == 8000 and serve["applications"][0]["route_prefix"] == "/"
     workers = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
@@ -425,15 +427,16 @@ def test_compile_cache_key_changes_with_every_input() -> None:
 
     base = key()
     assert base == compile_cache_prefix(neuron_sdk=NEURON_SDK_VERSION, model_id="meta-llama/Llama-4-Maverick-17B-128E-Instruct",
-                                        revision="main", parallelism="tp64-ep16-seqs16-len8192")
+                                        revision="main", parallelism="tp64-cp16-vtp16-sharded-seqs16-len8192")
     changed = [
         key(context={"generations": {"trn2": {"model_revision": "v2"}}}),
-        key(context={"generations": {"trn2": {"model_id": "meta-llama/Llama-4-Scout-17B-16E-Instruct"}}}),
-        key({"trn2": {"moe_ep_degree": 8, "moe_tp_degree": 8}}),
+        key({"trn2": {"context_parallel_size": 8}}),
+        key({"trn2": {"vision_tensor_parallel_size": 8}}),
+        key({"trn2": {"save_sharded_checkpoint": False}}),
         key({"trn2": {"max_num_seqs": 8}}),
         key({"trn2": {"max_model_len": 4096}}),
     ]
-    assert len({base, *changed}) == 6
+    assert len({base, *changed}) == 7
 
 
 def test_chart_keys_match_storage_layout_for_custom_values() -> None:
@@ -442,8 +445,8 @@ def test_chart_keys_match_storage_layout_for_custom_values() -> None:
     spec = serving_pod(named(helm.render(CHART, values)), "inf2")
     sync = next(c for c in spec["initContainers"] if c["name"] == "sync-from-s3")
     assert env(sync)["COMPILE_PREFIX"] == compile_cache_prefix(neuron_sdk="2.99.0", model_id="acme/llm-70b", revision="r1",
-                                                               parallelism="tp16-seqs8-len8192")
-    assert env(server_container(spec))["NEURON_COMPILED_ARTIFACTS"] == "/cache/compiled/neuron-2.99.0/acme/llm-70b/r1/tp16-seqs8-len8192"
+                                                               parallelism="tp24-seqs8-len8192")
+    assert env(server_container(spec))["NEURON_COMPILED_ARTIFACTS"] == "/cache/compiled/neuron-2.99.0/acme/llm-70b/r1/tp24-seqs8-len8192"
 
 
 def test_vllm_services_are_headless_so_the_gateway_sees_each_replica(rendered_all) -> None:

@@ -27,8 +27,9 @@ def test_defaults_are_the_documented_layouts() -> None:
     assert serving.namespace == "gennstack-serving"
     assert (serving.inf2.served_model_name, serving.trn2.served_model_name, serving.g6e.served_model_name) == (
         "llama-3-70b-instruct", "llama-4-maverick", "gpt-oss-20b")
-    assert serving.inf2.tensor_parallel_size == 16
-    assert (serving.trn2.tensor_parallel_size, serving.trn2.moe_ep_degree, serving.trn2.moe_tp_degree) == (64, 16, 4)
+    assert (serving.inf2.tensor_parallel_size, serving.inf2.max_num_seqs) == (24, 20)
+    assert (serving.trn2.tensor_parallel_size, serving.trn2.context_parallel_size, serving.trn2.vision_tensor_parallel_size,
+            serving.trn2.save_sharded_checkpoint) == (64, 16, 16, True)
     assert serving.g6e.gpus_per_replica == 1
     assert all(s.warm_spare_replicas == 0 for s in (serving.inf2, serving.trn2, serving.g6e))
     assert serving.staging is False
@@ -37,24 +38,14 @@ def test_defaults_are_the_documented_layouts() -> None:
 
 
 @pytest.mark.parametrize("data, key, expected", [
-    # TP must divide the 64 attention heads ...
-    ({"inf2": {"tensor_parallel_size": 24}}, "inf2.tensor_parallel_size",
-     "got 24; allowed: a divisor of the 64 attention heads; for this model: [16]"),
-    ({"inf2": {"tensor_parallel_size": 12}}, "inf2.tensor_parallel_size", "got 12; allowed: a divisor of the 64 attention heads"),
-    # ... and the weights must fit: 141 GB over 8 cores of 16 GB is too much.
-    ({"inf2": {"tensor_parallel_size": 8}}, "inf2.tensor_parallel_size", "got 8; allowed: enough NeuronCores that 141 GB"),
-    # A core holds whole KV heads: with 6 KV heads, TP 16 is neither a divisor nor a multiple of them.
-    ({"inf2": {"num_attention_heads": 48, "num_key_value_heads": 6, "tensor_parallel_size": 16}}, "inf2.tensor_parallel_size",
-     "got 16; allowed: a divisor or a multiple of the 6 KV heads"),
-    ({"inf2": {"num_key_value_heads": 5}}, "inf2.num_key_value_heads", "got 5; allowed: a divisor of num_attention_heads (64)"),
     ({"inf2": {"min_replicas": 3}}, "inf2.max_replicas", "got 2; allowed: at least min_replicas (3)"),
-    ({"inf2": {"target_ongoing_requests": 64}}, "inf2.target_ongoing_requests", "got 64; allowed: at most max_num_seqs (32)"),
-    ({"trn2": {"tensor_parallel_size": 48, "moe_ep_degree": 12, "moe_tp_degree": 4}}, "trn2.tensor_parallel_size",
+    ({"inf2": {"target_ongoing_requests": 24}}, "inf2.target_ongoing_requests", "got 24; allowed: at most max_num_seqs (20)"),
+    ({"trn2": {"tensor_parallel_size": 48}}, "trn2.tensor_parallel_size",
      "got 48; allowed: a divisor of the 64 logical NeuronCores"),
-    ({"trn2": {"tensor_parallel_size": 32, "moe_ep_degree": 8}}, "trn2.tensor_parallel_size",
-     "got 32; allowed: enough cores that 801 GB"),
-    ({"trn2": {"moe_ep_degree": 8}}, "trn2.moe_ep_degree", "got 8; allowed: moe_ep_degree x moe_tp_degree (4) = tensor_parallel_size (64)"),
-    ({"trn2": {"num_experts": 120}}, "trn2.moe_ep_degree", "got 16; allowed: a divisor of the 120 experts"),
+    ({"trn2": {"context_parallel_size": 24}}, "trn2.context_parallel_size",
+     "got 24; allowed: a divisor of tensor_parallel_size (64): [1, 2, 4, 8, 16, 32, 64]"),
+    ({"trn2": {"vision_tensor_parallel_size": 12}}, "trn2.vision_tensor_parallel_size",
+     "got 12; allowed: a divisor of tensor_parallel_size (64, the vision encoder's world size)"),
 ])
 def test_layout_errors_name_key_value_and_allowed(data, key, expected) -> None:
     location, message = error(data)
@@ -91,7 +82,7 @@ def test_config_is_frozen() -> None:
     ({"generations": {"g6e": {"instance_types": ["g6e.xlarge", "g6e.2xlarge"]}}}, {"g6e": {"gpus_per_replica": 4}},
      "serving.g6e.gpus_per_replica: got 4; allowed: at most 1"),
     ({"generations": {"inf2": {"instance_types": ["inf2.24xlarge"]}}}, {},
-     "serving.inf2.tensor_parallel_size: got 16; allowed: at most the 12 NeuronCores"),
+     "serving.inf2.tensor_parallel_size: got 24; allowed: at most the 12 NeuronCores"),
 ])
 def test_serving_values_checks_replicas_fit_the_instance_types(context, serving, expected) -> None:
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(")", r"\)")):

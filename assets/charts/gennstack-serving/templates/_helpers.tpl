@@ -33,7 +33,7 @@ modelPrefix: {{ printf "%s/%s/" $v.modelId $v.revision }}
 {{- if $f.neuron }}
 {{- $layout := printf "tp%d-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
 {{- if eq .name "trn2" }}
-{{- $layout = printf "tp%d-ep%d-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.moeEpDegree) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
+{{- $layout = printf "tp%d-cp%d-vtp%d%s-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.contextParallelSize) (int $v.visionTensorParallelSize) (ternary "-sharded" "" $v.saveShardedCheckpoint) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
 {{- end }}
 layout: {{ $layout }}
 {{- /* The same key layout as gennstack/storage_layout.py compile_cache_prefix(). */}}
@@ -168,7 +168,12 @@ use the same list, so compiled artifacts always match what serving loads.
 {{- $blocks := mul (div (add (int $v.maxModelLen) 31) 32) (int $v.maxNumSeqs) }}
 {{- $args = concat (list "--model" (include "gennstack-serving.modelDir" .)) $args (list "--tensor-parallel-size" (toString (int $v.tensorParallelSize)) "--block-size" "32" "--num-gpu-blocks-override" (toString $blocks) "--no-enable-prefix-caching") }}
 {{- if eq .gen.name "trn2" }}
-{{- $override := dict "override_neuron_config" (dict "moe_ep_degree" (int $v.moeEpDegree) "moe_tp_degree" (int $v.moeTpDegree)) }}
+{{- /* Llama 4 loads through vllm-neuron's multimodal loader, which accepts only text_neuron_config and
+vision_neuron_config here and lays each over the defaults built from the vLLM flags (tp_degree, batch_size, seq_len). */}}
+{{- $tp := int $v.tensorParallelSize }}{{- $vtp := int $v.visionTensorParallelSize }}
+{{- $text := dict "cp_degree" (int $v.contextParallelSize) "save_sharded_checkpoint" $v.saveShardedCheckpoint }}
+{{- $vision := dict "tp_degree" $vtp "world_size" $tp "batch_size" 1 "buckets" (list 8 28 88) "save_sharded_checkpoint" $v.saveShardedCheckpoint }}
+{{- $override := dict "override_neuron_config" (dict "text_neuron_config" $text "vision_neuron_config" $vision) }}
 {{- $args = concat $args (list "--additional-config" (toJson $override)) }}
 {{- end }}
 {{- else }}

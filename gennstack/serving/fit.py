@@ -1,0 +1,110 @@
+"""Does each enabled generation's replica fit: on its instance types, and in accelerator memory?
+
+Needs both config sections (``generations`` names the model and instance types, ``serving`` the
+layout), so ``GenNStackConfig`` calls :func:`check_fits` after both are built, and
+``serving_values`` calls it again for configs built piecemeal. Lives apart from
+:mod:`gennstack.serving.values` so that :mod:`gennstack.config` can import it without a cycle:
+it imports only the config building blocks, the instance table and the capacity model.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gennstack.config_base import ConfigError
+from gennstack.instances import INSTANCE_TYPES
+from gennstack.serving.capacity import MODELS, CapacityError, Layout, Plan, check, plan
+from gennstack.serving.config import ServingConfig
+
+if TYPE_CHECKING:
+    from gennstack.config import GenerationsConfig
+
+__all__ = ["check_fits", "layout", "plans"]
+
+
+def layout(generation: str, serving: ServingConfig) -> Layout:
+    """The capacity model's view of one generation's serving settings."""
+    if generation == "inf2":
+        s = serving.inf2
+        return Layout("inf2", s.tensor_parallel_size, s.max_num_seqs, s.max_model_len)
+    if generation == "trn2":
+        t = serving.trn2
+        return Layout("trn2", t.tensor_parallel_size, t.max_num_seqs, t.max_model_len,
+                      vision_tensor_parallel_size=t.vision_tensor_parallel_size)
+    if generation == "g6e":
+        g = serving.g6e
+        return Layout("g6e", g.gpus_per_replica, g.max_num_seqs, g.max_model_len, g.gpu_memory_utilization)
+    raise ValueError(f"generation: got {generation!r}; allowed: one of ['inf2', 'trn2', 'g6e']")
+
+
+def plans(generations: GenerationsConfig, serving: ServingConfig) -> dict[str, Plan]:
+    """Per-core/GPU memory of each enabled generation whose model the capacity model knows."""
+    return {
+        name: plan(layout(name, serving), MODELS[gen.model_id])
+        for name, gen in generations.enabled().items()
+        if gen.model_id in MODELS
+    }
+
+
+def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
+    """Each enabled generation's replica must fit the instance types its NodePool may launch and
+    its accelerators' memory, for the model it serves."""
+    inf2, trn2, g6e = generations.inf2, generations.trn2, generations.g6e
+    if inf2.enabled:
+        cores = min(INSTANCE_TYPES[t].accelerators for t in inf2.instance_types) * 2
+        if serving.inf2.tensor_parallel_size > cores:
+            raise ConfigError(
+                f"serving.inf2.tensor_parallel_size: got {serving.inf2.tensor_parallel_size}; allowed: at most the "
+                f"{cores} NeuronCores of the smallest type in generations.inf2.instance_types {list(inf2.instance_types)}"
+            )
+    if trn2.enabled:
+        cores = min(INSTANCE_TYPES[t].accelerators for t in trn2.instance_types) * 4
+        if serving.trn2.tensor_parallel_size > cores:
+            raise ConfigError(
+                f"serving.trn2.tensor_parallel_size: got {serving.trn2.tensor_parallel_size}; allowed: at most the "
+                f"{cores} logical NeuronCores of the smallest type in generations.trn2.instance_types"
+            )
+    if g6e.enabled:
+        most = max(INSTANCE_TYPES[t].accelerators for t in g6e.instance_types)
+        if serving.g6e.gpus_per_replica > most:
+            raise ConfigError(
+                f"serving.g6e.gpus_per_replica: got {serving.g6e.gpus_per_replica}; allowed: at most {most}, the GPUs of "
+                f"the largest type in generations.g6e.instance_types {list(g6e.instance_types)} (add g6e.12xlarge for 4)"
+            )
+    for name, gen in generations.enabled().items():
+        if gen.model_id not in MODELS:
+            raise ConfigError(
+                f"generations.{name}.model_id: got {gen.model_id!r}; allowed: a model whose shape "
+                f"gennstack/serving/capacity.py MODELS knows ({sorted(MODELS)}); add its config.json figures there"
+            )
+        _check_heads(name, serving, MODELS[gen.model_id])
+        try:
+            check(plan(layout(name, serving), MODELS[gen.model_id]))
+        except CapacityError as exc:
+            raise ConfigError(f"serving.{name}.{exc}") from None
+    if trn2.enabled:
+        _check_chunked_attention(serving, MODELS[trn2.model_id])
+
+
+def _check_heads(name: str, serving: ServingConfig, model) -> None:
+    tp = layout(name, serving).tensor_parallel_size
+    kv = model.num_kv_heads
+    if kv % tp and tp % kv:
+        key = "gpus_per_replica" if name == "g6e" else "tensor_parallel_size"
+        most = {"inf2": 24, "trn2": 64, "g6e": 8}[name]
+        good = [d for d in range(1, most + 1) if kv % d == 0 or d % kv == 0]
+        raise ConfigError(
+            f"serving.{name}.{key}: got {tp}; allowed: a divisor or a multiple of {model.model_id}'s {kv} KV heads "
+            f"(NxD Inference replicates KV heads to the TP degree only then; vLLM splits them): one of {good}"
+        )
+
+
+def _check_chunked_attention(serving: ServingConfig, model) -> None:
+    """NxD Inference's InferenceConfig._validate_chunked_attention_support (models/config.py):
+    with an attention chunk shorter than seq_len, cp_degree must divide the chunk and the last chunk."""
+    chunk, cp, seq_len = model.attention_chunk_size, serving.trn2.context_parallel_size, serving.trn2.max_model_len
+    if chunk and chunk < seq_len and (chunk % cp or (seq_len % chunk) % cp):
+        raise ConfigError(
+            f"serving.trn2.context_parallel_size: got {cp}; allowed: a divisor of {model.model_id}'s attention chunk "
+            f"({chunk}) and of the last chunk of max_model_len ({seq_len} % {chunk} = {seq_len % chunk})"
+        )
