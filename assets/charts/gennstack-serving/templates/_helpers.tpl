@@ -108,26 +108,41 @@ limits:
 {{- end }}
 
 {{/*
-The s5cmd init container that fills the node's cache from S3 (weights, and for Neuron the
-compiled artifacts). mode: serve (fail when anything is missing) or compile (wait for staging).
+The init container that fills the pod's cache from S3 with files/s3sync.py, run by the python3 and
+boto3 of the generation's own image (credentials from Pod Identity): Neuron pods copy the weights
+and compiled artifacts; g6e pods (whose weights stream from S3) copy only the staged tiktoken
+encodings. mode: serve (fail when anything is missing) or compile (wait, bounded, for staging).
 */}}
 {{- define "gennstack-serving.syncContainer" -}}
 - name: sync-from-s3
-  image: {{ .root.Values.images.s5cmd }}
+  image: {{ .gen.image }}
   imagePullPolicy: {{ .root.Values.images.pullPolicy }}
-  command: ["/bin/sh", "/scripts/sync-from-s3.sh"]
+  command: ["python3", "/scripts/s3sync.py", "pull"]
   env:
     {{- include "gennstack-serving.awsEnv" . | nindent 4 }}
     - name: MODE
       value: {{ .mode }}
-    - name: S5CMD_WORKERS
-      value: {{ .root.Values.s5cmd.numWorkers | quote }}
+    - name: S3_CONCURRENCY
+      value: {{ .root.Values.sync.concurrency | quote }}
+    {{- if eq .mode "compile" }}
+    - name: STAGING_WAIT_SECONDS
+      value: {{ .root.Values.staging.compileWaitSeconds | quote }}
+    {{- end }}
     - name: MODELS_BUCKET
       value: {{ include "gennstack-serving.modelsBucket" .root | quote }}
+    {{- if .gen.neuron }}
     - name: MODEL_PREFIX
       value: {{ .gen.modelPrefix | quote }}
     - name: MODEL_DIR
       value: {{ include "gennstack-serving.modelDir" . | quote }}
+    {{- else }}
+    - name: MARKER_PREFIX
+      value: {{ .gen.modelPrefix | quote }}
+    - name: MODEL_PREFIX
+      value: {{ printf "%stiktoken/" .gen.modelPrefix | quote }}
+    - name: MODEL_DIR
+      value: /cache/tiktoken
+    {{- end }}
     {{- if .gen.neuron }}
     - name: COMPILE_BUCKET
       value: {{ include "gennstack-serving.compileCacheBucket" .root | quote }}
@@ -184,6 +199,11 @@ use the same list, so compiled artifacts always match what serving loads.
 # Nothing from the internet on the serving path.
 - name: HF_HUB_OFFLINE
   value: "1"
+{{- if and (not .gen.neuron) (index .root.Values .gen.name).tiktokenEncodings }}
+# openai_harmony reads its encodings from here (copied by sync-from-s3) instead of downloading them.
+- name: TIKTOKEN_ENCODINGS_BASE
+  value: /cache/tiktoken
+{{- end }}
 - name: VLLM_ARGS
   value: {{ include "gennstack-serving.vllmArgs" . | quote }}
 {{- if .gen.neuron }}
