@@ -384,3 +384,17 @@ def test_every_program_fails_fast_with_a_wrong_token(moto, agent, rendered, tmp_
     assert time.monotonic() - started < 30  # no waiting loop mistakes "no credentials" for "not staged yet"
     assert "403" in proc.stderr and "container" in proc.stderr.lower()
     assert (WRONG, 403) in agent.calls
+
+
+def test_no_container_uses_s5cmd_and_the_s3_containers_run_the_generation_image(rendered) -> None:
+    """peak/s5cmd v2.3.0 (go.mod) builds on aws-sdk-go v1.44.298, whose aws/defaults/defaults.go
+    accepts AWS_CONTAINER_CREDENTIALS_FULL_URI only for loopback hosts (the Pod Identity agent is
+    169.254.170.23) and never reads AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (added in v1.47.11): it
+    cannot use Pod Identity, and with IMDS at hop limit 1 it has no credentials at all. The S3
+    containers run files/s3sync.py in the image of the pod they serve, so no other image is pulled."""
+    assert not [key for key, c in rendered.items() if "s5cmd" in json.dumps(c).lower()]
+    for (name, cname), c in rendered.items():
+        if cname in ("sync-from-s3", "upload"):
+            server = next(s for (n, sc), s in rendered.items() if n == name and sc in ("vllm", "ray-worker", "compile", "idle"))
+            assert c["image"] == server["image"], (name, cname)
+            assert c["command"][:2] == ["python3", "/scripts/s3sync.py"]
