@@ -34,11 +34,12 @@ LAYER := build/lambda-layer
 
 setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed build/.lambda-layer.built
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-streamer.txt pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip==25.3
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-streamer.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $@
 

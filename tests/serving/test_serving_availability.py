@@ -294,7 +294,8 @@ def checksums(chart: Path) -> dict[str, str | None]:
 @pytest.mark.parametrize("script, restarted", [
     ("gennstack_serve.py", {"gen1-inf2/head", "gen1-inf2/workers"}),
     ("vllm_serve.py", {"gen1-inf2/head", "gen1-inf2/workers", "gen2-trn2", "gen3-g6e"}),
-    ("sync-from-s3.sh", {"gen1-inf2/workers", "gen2-trn2", "gen1-inf2-warm-spare", "gen2-trn2-warm-spare"}),
+    # Neuron pods sync weights and compiled artifacts; g6e syncs its tiktoken encodings.
+    ("s3sync.py", {"gen1-inf2/workers", "gen2-trn2", "gen3-g6e", "gen1-inf2-warm-spare", "gen2-trn2-warm-spare"}),
     ("release_do_not_disrupt.py", {"gen1-inf2/workers", "gen2-trn2", "gen3-g6e"}),
     ("stage.py", set()),
 ])

@@ -5,6 +5,7 @@ replica's process handling and the sidecar run as processes in test_serving_proc
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import subprocess
@@ -30,9 +31,23 @@ def load(name: str):
 
 
 @dataclass
+class Lfs:
+    sha256: str
+
+
+@dataclass
 class Sibling:
     rfilename: str
     size: int
+    blob_id: str | None = None
+    lfs: Lfs | None = None
+
+
+def sibling(name: str, data: bytes) -> Sibling:
+    """LFS for weights (sha256), a git blob (sha1 of "blob <size>\\0" + content) for the rest."""
+    if name.endswith((".safetensors", ".pth")):
+        return Sibling(name, len(data), lfs=Lfs(hashlib.sha256(data).hexdigest()))
+    return Sibling(name, len(data), blob_id=hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
 
 
 @dataclass
@@ -49,7 +64,7 @@ class FakeHub:
 
     def model_info(self, repo_id: str, *, revision: str, files_metadata: bool) -> Info:
         assert files_metadata
-        return Info(self.sha, [Sibling(name, len(data)) for name, data in self.files.items()])
+        return Info(self.sha, [sibling(name, data) for name, data in self.files.items()])
 
     def hf_hub_download(self, repo_id: str, filename: str, *, revision: str, local_dir: str) -> str:
         assert revision == self.sha  # pinned to the commit model_info resolved
@@ -73,6 +88,7 @@ FILES_ON_HUB = {
     "model-00001-of-00002.safetensors": b"a" * 1000,
     "model-00002-of-00002.safetensors": b"b" * 500,
     "original/consolidated.00.pth": b"c" * 2000,
+    "metal/model.bin": b"d" * 100,
     ".gitattributes": b"*.safetensors filter=lfs",
 }
 
@@ -86,15 +102,18 @@ def test_stage_copies_the_model_and_marks_it_complete(s3, tmp_path) -> None:
     assert keys == {"org/model/main/config.json", "org/model/main/model-00001-of-00002.safetensors",
                     "org/model/main/model-00002-of-00002.safetensors", "org/model/main/.gennstack-complete"}
     assert s3.get_object(Bucket="models", Key="org/model/main/model-00002-of-00002.safetensors")["Body"].read() == b"b" * 500
-    assert record == {"model_id": "org/model", "revision": "main", "commit": "c0ffee", "files": 3, "bytes": 1523}
+    assert record == {"model_id": "org/model", "revision": "main", "commit": "c0ffee", "files": 3, "bytes": 1523, "tiktoken": []}
     assert json.loads(s3.get_object(Bucket="models", Key="org/model/main/.gennstack-complete")["Body"].read()) == record
     assert list(tmp_path.rglob("*.safetensors")) == []  # one file at a time on local disk
 
 
 def test_stage_does_nothing_once_complete_and_resumes_a_partial_copy(s3, tmp_path) -> None:
     stage = load("stage")
-    s3.put_object(Bucket="models", Key="org/model/main/model-00001-of-00002.safetensors", Body=b"a" * 1000)
-    s3.put_object(Bucket="models", Key="org/model/main/config.json", Body=b"{}")  # wrong size: copied again
+    digest = "sha256:" + hashlib.sha256(b"a" * 1000).hexdigest()
+    s3.put_object(Bucket="models", Key="org/model/main/model-00001-of-00002.safetensors", Body=b"a" * 1000,
+                  Metadata={"hub-digest": digest, "commit": "c0ffee"})
+    # Same size, but uploaded without (or with another) digest: copied again.
+    s3.put_object(Bucket="models", Key="org/model/main/config.json", Body=b'{"model_type": "LLAMA"}')
     hub = FakeHub(FILES_ON_HUB)
     stage.stage(hub=hub, s3=s3, bucket="models", prefix="org/model/main/", model_id="org/model", revision="main",
                 scratch=str(tmp_path), log=lambda *_: None)
@@ -124,7 +143,38 @@ def test_ray_serve_app_imports_without_ray_and_drops_hop_by_hop_headers(monkeypa
         serve_app.something_else  # noqa: B018
 
 
-@pytest.mark.parametrize("script, shell", [("sync-from-s3.sh", "sh"), ("upload-compiled.sh", "sh"), ("compile.sh", "bash")])
+@pytest.mark.parametrize("script, shell", [("compile.sh", "bash")])
 def test_shell_scripts_parse(script, shell) -> None:
     proc = subprocess.run([shell, "-n", str(FILES / script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_stage_refuses_unknown_tiktoken_encodings(s3, tmp_path) -> None:
+    stage = load("stage")
+    with pytest.raises(SystemExit, match=r"TIKTOKEN_ENCODINGS: got \['p50k_base'\]; allowed: \['cl100k_base', 'o200k_base'\]"):
+        stage.stage(hub=FakeHub(FILES_ON_HUB), s3=s3, bucket="models", prefix="p/", model_id="org/model", revision="main",
+                    scratch=str(tmp_path), encodings=("p50k_base",), log=lambda *_: None)
+
+
+def test_s3sync_waits_a_bounded_time(s3) -> None:
+    sync = load("s3sync")
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    with pytest.raises(sync.SyncError, match=r"s3://models/m/.gennstack-complete did not appear within 70 s"):
+        sync.wait_for(s3, "models", "m/.gennstack-complete", timeout=70, what="x", log=lambda *_: None,
+                      sleep=sleep, clock=lambda: now[0])
+    assert slept == [30, 30, 10]
+
+
+def test_s3sync_refuses_keys_outside_the_destination(s3, tmp_path) -> None:
+    sync = load("s3sync")
+    s3.put_object(Bucket="models", Key="m/../../escape", Body=b"x")
+    with pytest.raises(sync.SyncError, match="outside"):
+        sync.pull(s3, "models", "m/", tmp_path / "dest", 4, log=lambda *_: None)
+    with pytest.raises(sync.SyncError, match="MODE: got 'warm'; allowed: 'serve' or 'compile'"):
+        sync.run_pull({"MODE": "warm"}, s3, tmp_path)

@@ -2,26 +2,59 @@
 
 Runs in the staging Job with the staging ServiceAccount's Pod Identity role. The Hub token is
 read here, at run time, from AWS Secrets Manager (its SecretString: the token, or JSON with a
-"token" key) and lives only in this process. Files go one at a time (download, upload with
-boto3's managed multipart transfer, delete), so the pod's disk needs room for the largest file,
-not the model. A `.gennstack-complete` object written last marks the revision complete; with it
-present the Job does nothing, and files already uploaded with the right size are not copied again.
+"token" key) and lives only in this process.
 
-    env: AWS_REGION MODELS_BUCKET MODEL_PREFIX MODEL_ID MODEL_REVISION HF_TOKEN_SECRET, HF_HOME (scratch)
+- The revision (branch, tag or commit) is resolved to its commit once, and every file is
+  downloaded at that commit, so a branch that moves while the Job runs cannot mix two commits.
+- Each file is checked against the Hub's own digest before it is uploaded: the LFS sha256 for
+  LFS files, the git blob id (sha1 of ``blob <size>\\0<content>``) for the rest. The object
+  carries that digest and the commit as metadata, so a re-run skips exactly the files already
+  uploaded from the same content.
+- Files no server reads are skipped (``SKIP``).
+- ``TIKTOKEN_ENCODINGS`` names tiktoken encodings the server would otherwise download at start
+  (GPT-OSS: openai_harmony loads ``o200k_base``); each is fetched, checked against the sha256
+  that tiktoken and openai_harmony pin, and stored under ``<prefix>tiktoken/``, from where the
+  g6e pods copy it and point ``TIKTOKEN_ENCODINGS_BASE`` at it.
+
+Files go one at a time (download, check, upload with boto3's managed multipart transfer, delete),
+so the pod's disk needs room for the largest file, not the model. A `.gennstack-complete` object
+written last marks the revision complete and records the commit; with it present the Job does
+nothing, and it fails when the revision now resolves to another commit.
+
+    env: AWS_REGION MODELS_BUCKET MODEL_PREFIX MODEL_ID MODEL_REVISION HF_TOKEN_SECRET, HF_HOME (scratch),
+         TIKTOKEN_ENCODINGS (space-separated names, optional)
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
 import sys
+import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 MARKER = ".gennstack-complete"
-# Llama repositories also carry Meta's original consolidated checkpoints under original/
-# (another full copy of the weights that vLLM never reads).
-SKIP = ("original/*", "*.pth", ".gitattributes")
+# Never read by the servers: Meta's original consolidated checkpoints (`original/`, another full
+# copy of Llama's weights; GPT-OSS's `original/` likewise), GPT-OSS's Apple Metal weights
+# (`metal/`), PyTorch pickles and git attributes. vLLM 0.29.0 streams only top-level
+# `*.safetensors` (runai_streamer_loader.py -> list_safetensors, not recursive) and its
+# LoadConfig ignores `original/**/*` by default.
+SKIP = ("original/*", "metal/*", "*.pth", ".gitattributes")
+TIKTOKEN_DIR = "tiktoken/"
+TIKTOKEN_SOURCE = "https://openaipublic.blob.core.windows.net/encodings/"
+# The sha256 openai_harmony 0.0.8 (and tiktoken's openai_public.py) check each file against.
+TIKTOKEN_SHA256 = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+CHUNK = 8 * 1024 * 1024
+
+
+class StagingError(SystemExit):
+    """Stops the Job with a message saying what is wrong."""
 
 
 def hf_token(secrets: Any, secret_id: str) -> str:
@@ -29,45 +62,113 @@ def hf_token(secrets: Any, secret_id: str) -> str:
     if value.startswith("{"):
         value = json.loads(value)["token"]
     if not value:
-        raise SystemExit(f"secret {secret_id} holds an empty token")
+        raise StagingError(f"secret {secret_id} holds an empty token")
     return value
 
 
-def _size(s3: Any, bucket: str, key: str) -> int | None:
+def hub_digest(sibling: Any) -> str:
+    """The Hub's digest of one file: ``sha256:<hex>`` (LFS) or ``git-sha1:<hex>`` (a plain git blob)."""
+    if sibling.lfs is not None:
+        return f"sha256:{sibling.lfs.sha256}"
+    if sibling.blob_id:
+        return f"git-sha1:{sibling.blob_id}"
+    raise StagingError(f"{sibling.rfilename}: the Hub gave neither an LFS sha256 nor a blob id (files_metadata off?)")
+
+
+def file_digest(path: str, kind: str) -> str:
+    size = os.path.getsize(path)
+    digest = hashlib.sha256() if kind == "sha256" else hashlib.sha1(f"blob {size}\0".encode())
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return f"{kind}:{digest.hexdigest()}"
+
+
+def _head(s3: Any, bucket: str, key: str) -> dict | None:
     try:
-        return s3.head_object(Bucket=bucket, Key=key)["ContentLength"]
+        return s3.head_object(Bucket=bucket, Key=key)
     except s3.exceptions.ClientError as exc:
         if exc.response["Error"]["Code"] in ("404", "NoSuchKey", "NotFound"):
             return None
         raise
 
 
-def stage(*, hub: Any, s3: Any, bucket: str, prefix: str, model_id: str, revision: str, scratch: str, log=print) -> dict:
+def _upload(s3: Any, path: str, bucket: str, key: str, digest: str, commit: str) -> None:
+    s3.upload_file(path, bucket, key, ExtraArgs={"Metadata": {"hub-digest": digest, "commit": commit}})
+
+
+def _already(s3: Any, bucket: str, key: str, digest: str) -> bool:
+    head = _head(s3, bucket, key)
+    return head is not None and head.get("Metadata", {}).get("hub-digest") == digest
+
+
+def fetch_url(url: str, path: str) -> None:
+    with urllib.request.urlopen(url, timeout=60) as response, open(path, "wb") as out:
+        while chunk := response.read(CHUNK):
+            out.write(chunk)
+
+
+def stage(*, hub: Any, s3: Any, bucket: str, prefix: str, model_id: str, revision: str, scratch: str,
+          encodings: tuple[str, ...] = (), tiktoken_source: str = TIKTOKEN_SOURCE,
+          fetch: Callable[[str, str], None] = fetch_url, log=print) -> dict:
     """Copy ``model_id@revision`` to ``s3://bucket/prefix``; return what the marker records.
 
     ``hub`` is a ``huggingface_hub.HfApi`` with the token set; ``s3`` a boto3 S3 client.
     """
-    marker = prefix + MARKER
-    if _size(s3, bucket, marker) is not None:
-        log(f"s3://{bucket}/{marker} exists: already staged")
-        return json.loads(s3.get_object(Bucket=bucket, Key=marker)["Body"].read())
+    unknown = [e for e in encodings if e not in TIKTOKEN_SHA256]
+    if unknown:
+        raise StagingError(f"TIKTOKEN_ENCODINGS: got {unknown}; allowed: {sorted(TIKTOKEN_SHA256)}")
     info = hub.model_info(model_id, revision=revision, files_metadata=True)
+    commit = info.sha
+    log(f"{model_id}@{revision} is commit {commit}")
+    marker = prefix + MARKER
+    if _head(s3, bucket, marker) is not None:
+        record = json.loads(s3.get_object(Bucket=bucket, Key=marker)["Body"].read())
+        if record.get("commit") != commit:
+            raise StagingError(
+                f"s3://{bucket}/{prefix} holds commit {record.get('commit')} of {model_id}, but revision {revision!r} is now "
+                f"commit {commit}; the servers keep the staged one. To serve the new commit, set the revision to {commit} "
+                "(a new key prefix) and stage again."
+            )
+        log(f"s3://{bucket}/{marker} exists: commit {commit} already staged")
+        return record
     files = [f for f in info.siblings if not any(fnmatch.fnmatch(f.rfilename, p) for p in SKIP)]
     total = 0
     for file in files:
         key = prefix + file.rfilename
+        expected = hub_digest(file)
         total += file.size or 0
-        if file.size is not None and _size(s3, bucket, key) == file.size:
+        if _already(s3, bucket, key, expected):
             log(f"{key}: already uploaded")
             continue
-        path = hub.hf_hub_download(model_id, file.rfilename, revision=info.sha, local_dir=scratch)
-        s3.upload_file(path, bucket, key)
-        os.remove(path)
-        log(f"{key}: {file.size} bytes")
-    record = {"model_id": model_id, "revision": revision, "commit": info.sha, "files": len(files), "bytes": total}
+        path = hub.hf_hub_download(model_id, file.rfilename, revision=commit, local_dir=scratch)
+        _check_and_upload(s3, path, bucket, key, expected, commit, what=f"{model_id}@{commit}/{file.rfilename}")
+        log(f"{key}: {file.size} bytes, {expected}")
+    for name in encodings:
+        key = f"{prefix}{TIKTOKEN_DIR}{name}.tiktoken"
+        expected = f"sha256:{TIKTOKEN_SHA256[name]}"
+        if _already(s3, bucket, key, expected):
+            log(f"{key}: already uploaded")
+            continue
+        path = os.path.join(scratch, f"{name}.tiktoken")
+        fetch(f"{tiktoken_source}{name}.tiktoken", path)
+        _check_and_upload(s3, path, bucket, key, expected, commit, what=f"{tiktoken_source}{name}.tiktoken")
+        log(f"{key}: {expected}")
+    record = {"model_id": model_id, "revision": revision, "commit": commit, "files": len(files), "bytes": total,
+              "tiktoken": list(encodings)}
     s3.put_object(Bucket=bucket, Key=marker, Body=json.dumps(record).encode(), ContentType="application/json")
-    log(f"staged {len(files)} files, {total / 1e9:.1f} GB, to s3://{bucket}/{prefix}")
+    log(f"staged {len(files)} files, {total / 1e9:.1f} GB, of commit {commit} to s3://{bucket}/{prefix}")
     return record
+
+
+def _check_and_upload(s3: Any, path: str, bucket: str, key: str, expected: str, commit: str, *, what: str) -> None:
+    try:
+        got = file_digest(path, expected.split(":", 1)[0])
+        if got != expected:
+            raise StagingError(f"{what}: downloaded content has {got}, the source says {expected}; not uploaded")
+        _upload(s3, path, bucket, key, expected, commit)
+    finally:
+        os.remove(path)
 
 
 def main() -> None:
@@ -80,7 +181,8 @@ def main() -> None:
     stage(
         hub=HfApi(token=token), s3=boto3.client("s3", region_name=region), bucket=env["MODELS_BUCKET"],
         prefix=env["MODEL_PREFIX"], model_id=env["MODEL_ID"], revision=env["MODEL_REVISION"],
-        scratch=env.get("HF_HOME", "/scratch"),
+        scratch=env.get("HF_HOME", "/scratch"), encodings=tuple(env.get("TIKTOKEN_ENCODINGS", "").split()),
+        tiktoken_source=env.get("TIKTOKEN_SOURCE", TIKTOKEN_SOURCE),
     )
 
 

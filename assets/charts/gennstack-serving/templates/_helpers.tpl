@@ -108,26 +108,41 @@ limits:
 {{- end }}
 
 {{/*
-The s5cmd init container that fills the node's cache from S3 (weights, and for Neuron the
-compiled artifacts). mode: serve (fail when anything is missing) or compile (wait for staging).
+The init container that fills the pod's cache from S3 with files/s3sync.py, run by the python3 and
+boto3 of the generation's own image (credentials from Pod Identity): Neuron pods copy the weights
+and compiled artifacts; g6e pods (whose weights stream from S3) copy only the staged tiktoken
+encodings. mode: serve (fail when anything is missing) or compile (wait, bounded, for staging).
 */}}
 {{- define "gennstack-serving.syncContainer" -}}
 - name: sync-from-s3
-  image: {{ .root.Values.images.s5cmd }}
+  image: {{ .gen.image }}
   imagePullPolicy: {{ .root.Values.images.pullPolicy }}
-  command: ["/bin/sh", "/scripts/sync-from-s3.sh"]
+  command: ["python3", "/scripts/s3sync.py", "pull"]
   env:
     {{- include "gennstack-serving.awsEnv" . | nindent 4 }}
     - name: MODE
       value: {{ .mode }}
-    - name: S5CMD_WORKERS
-      value: {{ .root.Values.s5cmd.numWorkers | quote }}
+    - name: S3_CONCURRENCY
+      value: {{ .root.Values.sync.concurrency | quote }}
+    {{- if eq .mode "compile" }}
+    - name: STAGING_WAIT_SECONDS
+      value: {{ .root.Values.staging.compileWaitSeconds | quote }}
+    {{- end }}
     - name: MODELS_BUCKET
       value: {{ include "gennstack-serving.modelsBucket" .root | quote }}
+    {{- if .gen.neuron }}
     - name: MODEL_PREFIX
       value: {{ .gen.modelPrefix | quote }}
     - name: MODEL_DIR
       value: {{ include "gennstack-serving.modelDir" . | quote }}
+    {{- else }}
+    - name: MARKER_PREFIX
+      value: {{ .gen.modelPrefix | quote }}
+    - name: MODEL_PREFIX
+      value: {{ printf "%stiktoken/" .gen.modelPrefix | quote }}
+    - name: MODEL_DIR
+      value: /cache/tiktoken
+    {{- end }}
     {{- if .gen.neuron }}
     - name: COMPILE_BUCKET
       value: {{ include "gennstack-serving.compileCacheBucket" .root | quote }}
@@ -194,6 +209,11 @@ vision_neuron_config here and lays each over the defaults built from the vLLM fl
 # Nothing from the internet on the serving path.
 - name: HF_HUB_OFFLINE
   value: "1"
+{{- if and (not .gen.neuron) (index .root.Values .gen.name).tiktokenEncodings }}
+# openai_harmony reads its encodings from here (copied by sync-from-s3) instead of downloading them.
+- name: TIKTOKEN_ENCODINGS_BASE
+  value: /cache/tiktoken
+{{- end }}
 - name: VLLM_ARGS
   value: {{ include "gennstack-serving.vllmArgs" . | quote }}
 {{- if .gen.neuron }}
@@ -362,13 +382,13 @@ checksum/scripts annotation: changing one script restarts only the pods that run
 {{- end }}
 
 {{/*
-The scripts a generation's serving pod runs: the vLLM launcher, the s5cmd sync (Neuron) and the
+The scripts a generation's serving pod runs: the vLLM launcher, the S3 sync (s3sync.py) and the
 do-not-disrupt release sidecar (when enabled); gen1-inf2 also the Ray Serve application.
 */}}
 {{- define "gennstack-serving.serverScripts" -}}
 {{- $files := list "vllm_serve.py" }}
 {{- if eq .gen.name "inf2" }}{{ $files = append $files "gennstack_serve.py" }}{{ end }}
-{{- if .gen.neuron }}{{ $files = append $files "sync-from-s3.sh" }}{{ end }}
+{{- if or .gen.neuron (index .root.Values .gen.name).tiktokenEncodings }}{{ $files = append $files "s3sync.py" }}{{ end }}
 {{- if .root.Values.loading.releaseDoNotDisruptWhenReady }}{{ $files = append $files "release_do_not_disrupt.py" }}{{ end }}
 {{- toJson $files }}
 {{- end }}

@@ -1,0 +1,214 @@
+"""Copies model data between S3 and a node's cache for the chart's Neuron pods, with boto3.
+
+Runs with the `python3` of the pod's own image (the Neuron vLLM DLC installs boto3), so the init
+container needs no other image and, like every boto3 client, takes its credentials from EKS Pod
+Identity through botocore's container provider (`AWS_CONTAINER_CREDENTIALS_FULL_URI` +
+`AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE`, injected by the Pod Identity webhook). Transfers use
+s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 MiB parts.
+
+    python3 s3sync.py pull   (init container sync-from-s3)
+        env: MODELS_BUCKET MODEL_PREFIX MODEL_DIR [COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR]
+             S3_CONCURRENCY, MODE = serve (default) | compile, STAGING_WAIT_SECONDS (compile mode),
+             MARKER_PREFIX (where the staging marker is, when MODEL_PREFIX is a part of the model:
+             g6e copies only `<model prefix>tiktoken/`)
+        serve: the staged model (and, for Neuron, its compiled artifacts) must be complete in S3,
+               else exit 1 naming the Job to run; then copy what is missing or differs.
+        compile: exit 0 with /work/skip when the compile is already in S3; wait at most
+               STAGING_WAIT_SECONDS for the staging Job's marker, then copy the weights.
+    python3 s3sync.py push   (compile Job's upload container)
+        env: COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR S3_CONCURRENCY
+        uploads a finished compile, then writes the marker serving requires.
+
+Staged data is complete once its `.gennstack-complete` object exists. Only a missing object (404)
+counts as "not there yet": any other error (no credentials, access denied) stops the pod at once
+with the reason, so a broken credential chain never looks like "still waiting".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+MARKER = ".gennstack-complete"
+PART = 64 * 1024 * 1024
+POLL_SECONDS = 30
+
+
+class SyncError(Exception):
+    """A condition the pod cannot serve or compile with; the message says what to do."""
+
+
+def s3_client(concurrency: int) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", config=Config(max_pool_connections=concurrency, retries={"max_attempts": 10, "mode": "standard"}))
+
+
+def _transfer_config(concurrency: int) -> Any:
+    from boto3.s3.transfer import TransferConfig
+
+    return TransferConfig(multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=concurrency,
+                          use_threads=True, preferred_transfer_client="classic")
+
+
+def exists(s3: Any, bucket: str, key: str) -> bool:
+    """True when the object exists, False when S3 says 404; any other error is raised."""
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+        return True
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+
+
+def listing(s3: Any, bucket: str, prefix: str) -> dict[str, tuple[int, float]]:
+    """``{relative key: (size, last-modified epoch)}`` of every object under ``prefix`` but the marker."""
+    out: dict[str, tuple[int, float]] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            rel = obj["Key"][len(prefix):]
+            if rel and rel != MARKER and not rel.endswith("/"):
+                out[rel] = (obj["Size"], obj["LastModified"].timestamp())
+    return out
+
+
+def _inside(root: Path, rel: str) -> Path:
+    path = (root / rel).resolve()
+    if root.resolve() not in path.parents:
+        raise SyncError(f"refusing key {rel!r}: it would be written outside {root}")
+    return path
+
+
+def pull(s3: Any, bucket: str, prefix: str, dest: Path, concurrency: int, log: Callable[[str], None] = print) -> int:
+    """Copy ``s3://bucket/prefix`` into ``dest``: objects whose local copy is missing or differs in
+    size or modification time. Returns the bytes copied."""
+    from boto3.s3.transfer import create_transfer_manager
+
+    objects = listing(s3, bucket, prefix)
+    todo = []
+    for rel, (size, mtime) in sorted(objects.items()):
+        path = _inside(dest, rel)
+        if path.is_file() and path.stat().st_size == size and int(path.stat().st_mtime) == int(mtime):
+            continue
+        todo.append((rel, path, size, mtime))
+    started = time.monotonic()
+    copied = sum(size for _, _, size, _ in todo)
+    with create_transfer_manager(s3, _transfer_config(concurrency)) as manager:
+        futures = []
+        for rel, path, _, _ in todo:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            futures.append(manager.download(bucket, prefix + rel, str(path)))
+        for future in futures:
+            future.result()
+    for _, path, _, mtime in todo:
+        os.utime(path, (mtime, mtime))  # what the next sync compares against
+    _report(log, "pulled", len(todo), len(objects), copied, time.monotonic() - started, f"s3://{bucket}/{prefix}", str(dest))
+    return copied
+
+
+def push(s3: Any, src: Path, bucket: str, prefix: str, concurrency: int, log: Callable[[str], None] = print) -> int:
+    """Upload every file under ``src`` to ``s3://bucket/prefix`` (those not already there with the
+    same size), then write the marker. Returns the bytes uploaded."""
+    from boto3.s3.transfer import create_transfer_manager
+
+    remote = listing(s3, bucket, prefix)
+    files = sorted(p for p in src.rglob("*") if p.is_file())
+    if not files:
+        raise SyncError(f"{src} holds no files: nothing compiled to upload")
+    todo = [p for p in files if remote.get(p.relative_to(src).as_posix(), (None,))[0] != p.stat().st_size]
+    started = time.monotonic()
+    with create_transfer_manager(s3, _transfer_config(concurrency)) as manager:
+        futures = [manager.upload(str(p), bucket, prefix + p.relative_to(src).as_posix()) for p in todo]
+        for future in futures:
+            future.result()
+    uploaded = sum(p.stat().st_size for p in todo)
+    record = {"compiled_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "files": len(files)}
+    s3.put_object(Bucket=bucket, Key=prefix + MARKER, Body=json.dumps(record).encode(), ContentType="application/json")
+    _report(log, "pushed", len(todo), len(files), uploaded, time.monotonic() - started, str(src), f"s3://{bucket}/{prefix}")
+    return uploaded
+
+
+def _report(log: Callable[[str], None], verb: str, done: int, total: int, size: int, seconds: float, src: str, dst: str) -> None:
+    rate = size / seconds / 1e6 if seconds > 0 else 0.0
+    log(f"{verb} {done} of {total} files ({size / 1e9:.2f} GB) from {src} to {dst} in {seconds:.1f} s ({rate:.0f} MB/s)")
+
+
+def wait_for(s3: Any, bucket: str, key: str, *, timeout: float, what: str, log: Callable[[str], None] = print,
+             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+    """Wait until ``s3://bucket/key`` exists, at most ``timeout`` seconds."""
+    deadline = clock() + timeout
+    while not exists(s3, bucket, key):
+        left = deadline - clock()
+        if left <= 0:
+            raise SyncError(f"s3://{bucket}/{key} did not appear within {timeout:.0f} s (STAGING_WAIT_SECONDS): {what}")
+        log(f"waiting for s3://{bucket}/{key} ({left:.0f} s left)")
+        sleep(min(POLL_SECONDS, left))
+
+
+def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], None] = print) -> None:
+    mode = env.get("MODE", "serve")
+    if mode not in ("serve", "compile"):
+        raise SyncError(f"MODE: got {mode!r}; allowed: 'serve' or 'compile'")
+    concurrency = int(env["S3_CONCURRENCY"])
+    bucket, prefix = env["MODELS_BUCKET"], env["MODEL_PREFIX"]
+    marker = env.get("MARKER_PREFIX", prefix) + MARKER
+    if mode == "compile":
+        compile_bucket, compile_prefix = env["COMPILE_BUCKET"], env["COMPILE_PREFIX"]
+        if exists(s3, compile_bucket, compile_prefix + MARKER):
+            log(f"compiled artifacts already in s3://{compile_bucket}/{compile_prefix}: nothing to do")
+            (work / "skip").touch()
+            return
+        wait_for(s3, bucket, marker, timeout=float(env["STAGING_WAIT_SECONDS"]),
+                 what="the staging Job has not finished; look at it (kubectl get jobs), then re-run this compile Job", log=log)
+    elif not exists(s3, bucket, marker):
+        raise SyncError(f"s3://{bucket}/{marker} is missing: stage the model first (staging.enabled=true, see docs/serving.md)")
+    pull(s3, bucket, prefix, Path(env["MODEL_DIR"]), concurrency, log)
+    if mode == "serve" and env.get("COMPILE_PREFIX"):
+        compile_bucket, compile_prefix = env["COMPILE_BUCKET"], env["COMPILE_PREFIX"]
+        if not exists(s3, compile_bucket, compile_prefix + MARKER):
+            raise SyncError(f"s3://{compile_bucket}/{compile_prefix}{MARKER} is missing: run the compile Job first "
+                            "(staging.enabled=true); serving never compiles")
+        pull(s3, compile_bucket, compile_prefix, Path(env["COMPILED_DIR"]), concurrency, log)
+
+
+def run_push(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], None] = print) -> None:
+    if (work / "skip").exists():
+        log("already compiled: nothing to upload")
+        return
+    if not (work / "compiled").exists():
+        raise SyncError("no finished compile to upload")
+    push(s3, Path(env["COMPILED_DIR"]), env["COMPILE_BUCKET"], env["COMPILE_PREFIX"], int(env["S3_CONCURRENCY"]), log)
+
+
+def main(argv: list[str], env: Mapping[str, str]) -> int:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    commands = {"pull": run_pull, "push": run_push}
+    if len(argv) != 1 or argv[0] not in commands:
+        print(f"usage: s3sync.py {{{'|'.join(commands)}}}", file=sys.stderr)
+        return 2
+    work = Path(env.get("WORK_DIR", "/work"))
+    try:
+        commands[argv[0]](env, s3_client(int(env["S3_CONCURRENCY"])), work)
+    except SyncError as exc:
+        print(f"s3sync {argv[0]}: {exc}", file=sys.stderr)
+        return 1
+    except (BotoCoreError, ClientError) as exc:
+        print(f"s3sync {argv[0]}: S3 refused or could not be reached: {exc}. Credentials come from the ServiceAccount's "
+              "EKS Pod Identity association; check it exists and its role may use these buckets.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:], os.environ))

@@ -1,0 +1,400 @@
+"""The credential chain of every program the chart's pods run against S3, run for real.
+
+Each program runs as a process with the environment the chart renders for its container, plus
+what the EKS Pod Identity webhook injects (a credentials URI and a token file) and an S3 endpoint
+override, and nothing else to get credentials from (tests/serving/aws_fakes.py). S3 is moto in
+server mode with SigV4 authentication on, so only the Pod Identity role's credentials work; the
+fake Pod Identity agent hands them out only for the right token. Every program is also run with a
+wrong token and must fail: a program that fell back to other credentials, or sent none, would pass
+the first run but not this one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import helm
+from tests.serving.aws_fakes import TOKEN, MotoServer, PodIdentityAgent, pod_env
+from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, STAGING, merged
+from tests.serving.fake_hub import FakeHub
+
+pytestmark = pytest.mark.slow
+
+FILES = CHART / "files"
+BUCKET, COMPILE_BUCKET = "models", "compile-cache"
+WRONG = "eyJhbGciOiJSUzI1NiJ9.another-pods-token"
+
+
+@pytest.fixture(scope="module")
+def moto():
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def agent(moto):
+    fake = PodIdentityAgent(moto.credentials)
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict:
+    """Every container's environment as the chart renders it (all generations, staging on)."""
+    values = merged(REQUIRED, STAGING, {"buckets": {"models": BUCKET, "compileCache": COMPILE_BUCKET}})
+    out: dict = {}
+    for obj in helm.render(CHART, values, namespace=NAMESPACE):
+        specs = []
+        if obj["kind"] in ("Deployment", "Job"):
+            specs.append(obj["spec"]["template"]["spec"])
+        if obj["kind"] == "RayService":
+            specs += [g["template"]["spec"] for g in obj["spec"]["rayClusterConfig"]["workerGroupSpecs"]]
+        for spec in specs:
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                out[(obj["metadata"]["name"], c["name"])] = c
+    return out
+
+
+def chart_env(container: dict, root: Path) -> dict[str, str]:
+    """The container's literal env, with its volume paths moved under ``root``."""
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    moved = {k: str(root) + v if v.startswith(("/cache", "/scratch")) else v for k, v in env.items()}
+    return {**moved, "WORK_DIR": str(root / "work")}
+
+
+def workload(rendered: dict, prefix: str, container: str) -> dict:
+    """The container of workload ``prefix`` (a Deployment's name, or a Job's name less its hash)."""
+    matches = [c for (name, cname), c in rendered.items()
+               if cname == container and (name == prefix or re.fullmatch(rf"{prefix}-[0-9a-f]{{10}}", name))]
+    assert len(matches) == 1, (prefix, container, sorted(rendered))
+    return matches[0]
+
+
+def run(container: dict, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run the container's command (python3 -> this interpreter, /scripts -> the chart's files/)."""
+    command = [sys.executable if c == "python3" else c.replace("/scripts/", f"{FILES}/") for c in container["command"]]
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def safetensors(name: str, values: bytes) -> bytes:
+    header = json.dumps({name: {"dtype": "U8", "shape": [len(values)], "data_offsets": [0, len(values)]}}).encode()
+    return struct.pack("<Q", len(header)) + header + values
+
+
+def put(s3, bucket: str, prefix: str, files: dict[str, bytes], marker: bool = True) -> None:
+    for rel, data in files.items():
+        s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
+    if marker:
+        s3.put_object(Bucket=bucket, Key=prefix + ".gennstack-complete", Body=b"{}")
+
+
+def env_with_prefixes(container: dict, root: Path, **prefixes: str) -> dict[str, str]:
+    env = chart_env(container, root)
+    env.update(prefixes)
+    return env
+
+
+# --- the Neuron syncer and the compile upload (files/s3sync.py in the Neuron DLC) ----------------
+
+
+def test_neuron_serving_sync_copies_weights_and_compile_with_pod_identity(moto, agent, rendered, tmp_path) -> None:
+    """botocore's container provider (botocore/credentials.py, boto3 1.44.5 here; the DLC installs
+    the latest boto3, `pip install boto3` in aws-neuron/deep-learning-containers
+    vllm/inference/0.16.0/Dockerfile.neuronx) reads AWS_CONTAINER_CREDENTIALS_FULL_URI and sends the
+    token file's content as Authorization; AWS_ENDPOINT_URL_S3 moves only S3."""
+    container = workload(rendered, "gen2-trn2", "sync-from-s3")
+    s3 = moto.client("s3")
+    weights = {"config.json": b'{"model_type": "llama4"}', "model-00001.safetensors": safetensors("w", bytes(range(200)))}
+    compiled = {"model.pt": b"neff" * 100, "neuron_config.json": b"{}"}
+    put(s3, BUCKET, "a/trn2/", weights)
+    put(s3, COMPILE_BUCKET, "neuron/a/trn2/tp64/", compiled)
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="a/trn2/", COMPILE_PREFIX="neuron/a/trn2/tp64/"))
+    served = agent.served
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    model_dir, compiled_dir = Path(env["MODEL_DIR"]), Path(env["COMPILED_DIR"])
+    assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == weights
+    assert {p.name: p.read_bytes() for p in compiled_dir.iterdir()} == compiled
+    assert agent.served > served
+    assert "pulled 2 of 2 files" in proc.stdout
+    again = run(container, env, tmp_path)  # a warm node: a listing, no download
+    assert again.returncode == 0, again.stderr
+    assert "pulled 0 of 2 files" in again.stdout
+
+
+def test_neuron_serving_sync_fails_without_the_staged_marker_or_the_compile(moto, agent, rendered, tmp_path) -> None:
+    container = workload(rendered, "gen2-trn2", "sync-from-s3")
+    s3 = moto.client("s3")
+    put(s3, BUCKET, "b/trn2/", {"config.json": b"{}"}, marker=False)
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="b/trn2/", COMPILE_PREFIX="neuron/b/"))
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 1
+    assert "s3://models/b/trn2/.gennstack-complete is missing: stage the model first" in proc.stderr
+    s3.put_object(Bucket=BUCKET, Key="b/trn2/.gennstack-complete", Body=b"{}")
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 1
+    assert "s3://compile-cache/neuron/b/.gennstack-complete is missing: run the compile Job first" in proc.stderr
+
+
+def test_compile_job_waits_for_staging_a_bounded_time(moto, agent, rendered, tmp_path) -> None:
+    """The compile Job's sync container gives up after STAGING_WAIT_SECONDS (staging.compileWaitSeconds)."""
+    container = workload(rendered, "gen1-inf2-compile", "sync-from-s3")
+    assert container["env"][[e["name"] for e in container["env"]].index("STAGING_WAIT_SECONDS")]["value"] == "10800"
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="c/never-staged/", COMPILE_PREFIX="neuron/c/",
+                                      STAGING_WAIT_SECONDS="1"))
+    started = time.monotonic()
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 1
+    assert time.monotonic() - started < 20
+    assert "did not appear within 1 s (STAGING_WAIT_SECONDS): the staging Job has not finished" in proc.stderr
+
+
+def test_compile_job_skips_a_compile_already_in_s3(moto, agent, rendered, tmp_path) -> None:
+    container = workload(rendered, "gen1-inf2-compile", "sync-from-s3")
+    put(moto.client("s3"), COMPILE_BUCKET, "neuron/d/", {"model.pt": b"x"})
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="d/m/", COMPILE_PREFIX="neuron/d/"))
+    (tmp_path / "work").mkdir()
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "work" / "skip").exists()
+
+
+def test_compile_upload_pushes_the_artifacts_then_the_marker(moto, agent, rendered, tmp_path) -> None:
+    container = workload(rendered, "gen1-inf2-compile", "upload")
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, COMPILE_PREFIX="neuron/e/"))
+    compiled = Path(env["COMPILED_DIR"])
+    (compiled / "graphs").mkdir(parents=True)
+    (compiled / "graphs" / "model.neff").write_bytes(b"n" * 3000)
+    (compiled / "neuron_config.json").write_text("{}")
+    (tmp_path / "work").mkdir()
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 1 and "no finished compile to upload" in proc.stderr
+    (tmp_path / "work" / "compiled").touch()
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s3 = moto.client("s3")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=COMPILE_BUCKET, Prefix="neuron/e/")["Contents"]}
+    assert keys == {"neuron/e/graphs/model.neff", "neuron/e/neuron_config.json", "neuron/e/.gennstack-complete"}
+    assert json.loads(s3.get_object(Bucket=COMPILE_BUCKET, Key="neuron/e/.gennstack-complete")["Body"].read())["files"] == 2
+
+
+# --- staging (files/stage.py in the vLLM image) -----------------------------------------------
+
+COMMIT = "3f1c2a9e0b7d4c5a6e8f9a0b1c2d3e4f5a6b7c8d"
+HUB_FILES = {
+    "config.json": b'{"model_type": "gpt_oss"}',
+    "model-00001-of-00001.safetensors": safetensors("w", b"\x01" * 300),
+    "original/model.safetensors": b"o" * 100,
+    "metal/model.bin": b"m" * 100,
+    ".gitattributes": b"*.safetensors filter=lfs",
+}
+# Stand-ins for the real encodings; their sha256 is what stage.py must accept for them.
+ENCODINGS = {"o200k_base.tiktoken": b"bzIwMGs= 0\n", "cl100k_base.tiktoken": b"Y2wxMDBr 0\n"}
+
+
+@pytest.fixture(scope="module")
+def hf_secret(moto, rendered) -> str:
+    """The token secret the staging Job's HF_TOKEN_SECRET names, holding the fake Hub's token."""
+    name = chart_env(workload(rendered, "gen3-g6e-stage", "stage"), Path("/"))["HF_TOKEN_SECRET"]
+    moto.client("secretsmanager").create_secret(Name=name, SecretString='{"token": "hf_test"}')
+    return name
+
+
+@pytest.fixture
+def hub():
+    fake = FakeHub("openai/gpt-oss-20b", HUB_FILES, commit=COMMIT, refs={"main": COMMIT}, token="hf_test",
+                   static=ENCODINGS)
+    yield fake
+    fake.stop()
+
+
+def stage_env(rendered: dict, moto, agent, hub, root: Path, token: str = TOKEN, prefix: str = "openai/gpt-oss-20b/main/") -> dict:
+    container = workload(rendered, "gen3-g6e-stage", "stage")
+    env = pod_env(root / "home", agent, token=token, AWS_ENDPOINT_URL=moto.endpoint, HF_ENDPOINT=hub.endpoint,
+                  **env_with_prefixes(container, root, MODEL_PREFIX=prefix, TIKTOKEN_SOURCE=f"{hub.endpoint}/encodings/"))
+    Path(env["HF_HOME"]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def test_staging_resolves_the_revision_verifies_and_skips_what_no_server_reads(moto, agent, rendered, hub, hf_secret, tmp_path) -> None:
+    """huggingface_hub 1.28.0 (>= 1.28.0 is what vLLM 0.29.0 requires) reads HF_ENDPOINT and writes
+    hf_hub_download(local_dir=HF_HOME) there; boto3 reads AWS_ENDPOINT_URL for S3 and Secrets Manager."""
+    container = workload(rendered, "gen3-g6e-stage", "stage")
+    env = stage_env(rendered, moto, agent, hub, tmp_path)
+    assert env["MODEL_REVISION"] == "main" and env["TIKTOKEN_ENCODINGS"] == "o200k_base cl100k_base"
+    env["TIKTOKEN_ENCODINGS"] = ""  # the stand-in encodings cannot have the real digests: see the next test
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s3 = moto.client("s3")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="openai/gpt-oss-20b/main/")["Contents"]}
+    assert keys == {f"openai/gpt-oss-20b/main/{k}" for k in ("config.json", "model-00001-of-00001.safetensors", ".gennstack-complete")}
+    marker = json.loads(s3.get_object(Bucket=BUCKET, Key="openai/gpt-oss-20b/main/.gennstack-complete")["Body"].read())
+    assert marker["commit"] == COMMIT and marker["revision"] == "main"
+    head = s3.head_object(Bucket=BUCKET, Key="openai/gpt-oss-20b/main/model-00001-of-00001.safetensors")
+    assert head["Metadata"] == {"commit": COMMIT,
+                                "hub-digest": "sha256:" + hashlib.sha256(HUB_FILES["model-00001-of-00001.safetensors"]).hexdigest()}
+    assert f"openai/gpt-oss-20b@main is commit {COMMIT}" in proc.stdout
+    assert sorted(hub.downloads) == ["config.json", "model-00001-of-00001.safetensors"]
+    # The branch moves: the staged commit stays, and the Job says how to stage the new one.
+    hub.refs["main"] = "9" * 40
+    again = run(container, env, tmp_path)
+    assert again.returncode != 0
+    assert f"holds commit {COMMIT}" in again.stderr and "set the revision to 9999" in again.stderr
+
+
+def test_staging_fetches_tiktoken_encodings_and_checks_them_against_the_pinned_digest(moto, agent, rendered, hub, hf_secret, tmp_path) -> None:
+    """The encodings come from TIKTOKEN_SOURCE (openaipublic by default) and must have the sha256
+    that openai_harmony 0.0.8 checks; stand-ins do not, so nothing is uploaded and the Job fails."""
+    container = workload(rendered, "gen3-g6e-stage", "stage")
+    env = stage_env(rendered, moto, agent, hub, tmp_path, prefix="tk/gpt-oss/main/")
+    proc = run(container, env, tmp_path)
+    assert proc.returncode != 0
+    expected = "sha256:446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+    got = "sha256:" + hashlib.sha256(ENCODINGS["o200k_base.tiktoken"]).hexdigest()
+    assert f"/encodings/o200k_base.tiktoken: downloaded content has {got}, the source says {expected}" in proc.stderr
+    listed = moto.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="tk/")
+    assert not any("tiktoken/" in o["Key"] or o["Key"].endswith(".gennstack-complete") for o in listed["Contents"])
+
+
+def test_staging_refuses_a_file_whose_digest_differs_from_the_hub(moto, agent, rendered, hf_secret, tmp_path) -> None:
+    hub = FakeHub("openai/gpt-oss-20b", HUB_FILES, commit=COMMIT, refs={"main": COMMIT}, token="hf_test",
+                  corrupt=frozenset({"model-00001-of-00001.safetensors"}), static=ENCODINGS)
+    try:
+        container = workload(rendered, "gen3-g6e-stage", "stage")
+        env = stage_env(rendered, moto, agent, hub, tmp_path, prefix="corrupt/gpt-oss/main/")
+        proc = run(container, env, tmp_path)
+    finally:
+        hub.stop()
+    assert proc.returncode != 0
+    assert "model-00001-of-00001.safetensors: downloaded content has sha256:" in proc.stderr and "not uploaded" in proc.stderr
+    listed = moto.client("s3").list_objects_v2(Bucket=BUCKET, Prefix="corrupt/")
+    assert {o["Key"] for o in listed.get("Contents", [])} <= {"corrupt/gpt-oss/main/config.json"}
+
+
+# --- g6e: tiktoken copy and the Run:ai model streamer -----------------------------------------
+
+
+def test_g6e_init_container_copies_the_staged_encodings_to_tiktoken_encodings_base(moto, agent, rendered, tmp_path) -> None:
+    sync = workload(rendered, "gen3-g6e", "sync-from-s3")
+    server = workload(rendered, "gen3-g6e", "vllm")
+    assert chart_env(server, Path(""))["TIKTOKEN_ENCODINGS_BASE"] == chart_env(sync, Path(""))["MODEL_DIR"]
+    put(moto.client("s3"), BUCKET, "f/g6e/", {"tiktoken/o200k_base.tiktoken": b"abc", "model.safetensors": b"big"})
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(sync, tmp_path, MARKER_PREFIX="f/g6e/", MODEL_PREFIX="f/g6e/tiktoken/"))
+    proc = run(sync, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in Path(env["MODEL_DIR"]).iterdir()] == ["o200k_base.tiktoken"]
+
+
+def test_openai_harmony_reads_its_encoding_from_tiktoken_encodings_base_and_checks_the_staged_digest(tmp_path) -> None:
+    """openai_harmony 0.0.8 (src/tiktoken_ext/public_encodings.rs): with TIKTOKEN_ENCODINGS_BASE set it
+    loads `<base>/o200k_base.tiktoken` and checks its sha256 (no download); the digest it expects is
+    the one stage.py verifies before it uploads."""
+    from tests.serving.test_serving_scripts import load
+
+    stage = load("stage")
+    (tmp_path / "o200k_base.tiktoken").write_bytes(b"bm90IHRoZSByZWFsIGZpbGU= 0\n")
+    probe = "from openai_harmony import load_harmony_encoding as l, HarmonyEncodingName as n; l(n.HARMONY_GPT_OSS)"
+    env = {"PATH": "/usr/bin:/bin", "TIKTOKEN_ENCODINGS_BASE": str(tmp_path), "TIKTOKEN_RS_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert f"expected={stage.TIKTOKEN_SHA256['o200k_base']}" in proc.stderr
+    (tmp_path / "o200k_base.tiktoken").unlink()
+    proc = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert "No such file or directory" in proc.stderr
+
+
+PROBE = Path(__file__).parent / "streamer_probe.py"
+
+
+def _stream(moto, agent, home: Path, token: str, prefix: str, **extra: str) -> subprocess.CompletedProcess:
+    # The C++ client reads AWS_ENDPOINT_URL; path-style addressing because 127.0.0.1 has no bucket subdomains.
+    env = pod_env(home, agent, token=token, AWS_ENDPOINT_URL=moto.endpoint, RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", **extra)
+    return subprocess.run([sys.executable, str(PROBE), f"s3://{BUCKET}/{prefix}"], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("path, extra", [("c++", {}), ("boto3", {"RUNAI_STREAMER_NO_BOTO3_SESSION": "0"})])
+def test_runai_streamer_streams_safetensors_with_pod_identity(moto, agent, rendered, tmp_path, path, extra) -> None:
+    """runai-model-streamer(-s3) 0.17.1, runai_model_streamer_s3/credentials/credentials.py: with
+    RUNAI_STREAMER_NO_BOTO3_SESSION unset (default "1") the C++ libstreamers3.so (AWS SDK for C++
+    1.11.584, GeneralHTTPCredentialsProvider) resolves credentials itself; "0" resolves them with
+    boto3 and hands them over. Both take Pod Identity's; the chart sets neither way (the server env
+    has no RUNAI_STREAMER_* variable), so the image's default path is the one used."""
+    server_env = chart_env(workload(rendered, "gen3-g6e", "vllm"), tmp_path)
+    assert not [k for k in server_env if k.startswith("RUNAI_STREAMER")]
+    args = json.loads(server_env["VLLM_ARGS"])
+    assert args[args.index("--load-format") + 1] == "runai_streamer" and args[args.index("--model") + 1].startswith("s3://")
+    data = {"model-00001-of-00002.safetensors": safetensors("a", b"\x02" * 4096),
+            "model-00002-of-00002.safetensors": safetensors("b", b"\x03" * 1000)}
+    prefix = f"g/{path}/"
+    put(moto.client("s3"), BUCKET, prefix, {**data, "config.json": b"{}"})
+    served = agent.served
+    proc = _stream(moto, agent, tmp_path / "home", TOKEN, prefix, **extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert out["credentials_from"] == path
+    assert out["files"] == {f"s3://{BUCKET}/{prefix}{k}": {"sha256": hashlib.sha256(v).hexdigest(), "tensors": [t]}
+                            for (k, v), t in zip(data.items(), ["a", "b"], strict=True)}
+    assert agent.served > served
+
+
+@pytest.mark.parametrize("path, extra", [("c++", {}), ("boto3", {"RUNAI_STREAMER_NO_BOTO3_SESSION": "0"})])
+def test_runai_streamer_fails_with_a_wrong_token(moto, agent, tmp_path, path, extra) -> None:
+    put(moto.client("s3"), BUCKET, "h/", {"model.safetensors": safetensors("a", b"\x01" * 64)})
+    proc = _stream(moto, agent, tmp_path / "home", WRONG, "h/", PROBE_SKIP_GLOB="1", **extra)
+    assert proc.returncode != 0
+    assert (WRONG, 403) in agent.calls
+
+
+# --- every program refuses to run on a wrong token --------------------------------------------
+
+
+@pytest.mark.parametrize("workload_prefix, container, extra", [
+    ("gen2-trn2", "sync-from-s3", {"MODEL_PREFIX": "a/trn2/"}),
+    ("gen1-inf2-compile", "sync-from-s3", {"MODEL_PREFIX": "a/trn2/", "STAGING_WAIT_SECONDS": "600"}),
+    ("gen1-inf2-compile", "upload", {}),
+    ("gen3-g6e", "sync-from-s3", {}),
+    ("gen3-g6e-stage", "stage", {}),
+])
+def test_every_program_fails_fast_with_a_wrong_token(moto, agent, rendered, tmp_path, workload_prefix, container, extra) -> None:
+    spec = workload(rendered, workload_prefix, container)
+    env = pod_env(tmp_path / "home", agent, token=WRONG, AWS_ENDPOINT_URL=moto.endpoint,
+                  **env_with_prefixes(spec, tmp_path, **extra))
+    Path(env.get("COMPILED_DIR", tmp_path / "c")).mkdir(parents=True, exist_ok=True)
+    (Path(env.get("COMPILED_DIR", tmp_path / "c")) / "f").write_text("x")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "compiled").touch()
+    started = time.monotonic()
+    proc = run(spec, env, tmp_path)
+    assert proc.returncode != 0
+    assert time.monotonic() - started < 30  # no waiting loop mistakes "no credentials" for "not staged yet"
+    assert "403" in proc.stderr and "container" in proc.stderr.lower()
+    assert (WRONG, 403) in agent.calls
+
+
+def test_no_container_uses_s5cmd_and_the_s3_containers_run_the_generation_image(rendered) -> None:
+    """peak/s5cmd v2.3.0 (go.mod) builds on aws-sdk-go v1.44.298, whose aws/defaults/defaults.go
+    accepts AWS_CONTAINER_CREDENTIALS_FULL_URI only for loopback hosts (the Pod Identity agent is
+    169.254.170.23) and never reads AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE (added in v1.47.11): it
+    cannot use Pod Identity, and with IMDS at hop limit 1 it has no credentials at all. The S3
+    containers run files/s3sync.py in the image of the pod they serve, so no other image is pulled."""
+    assert not [key for key, c in rendered.items() if "s5cmd" in json.dumps(c).lower()]
+    for (name, cname), c in rendered.items():
+        if cname in ("sync-from-s3", "upload"):
+            server = next(s for (n, sc), s in rendered.items() if n == name and sc in ("vllm", "ray-worker", "compile", "idle"))
+            assert c["image"] == server["image"], (name, cname)
+            assert c["command"][:2] == ["python3", "/scripts/s3sync.py"]
