@@ -9,7 +9,10 @@ the template records.
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 FIND_YOUR_ROLE = (
     "find your role: `aws sts get-caller-identity` shows arn:aws:sts::ACCOUNT:assumed-role/ROLE/SESSION; "
@@ -32,6 +35,13 @@ ZONES_BY_GETAZS = (
 )
 
 
+def unpinned_revision(generation: str, revision: str) -> str:
+    return (
+        f"generations.{generation}.model_revision is {revision!r}, not a commit: the staging Job records the commit "
+        "it copied and fails when the branch or tag later moves; pin the 40-character commit it logs"
+    )
+
+
 def config_warnings(config: dict[str, Any]) -> list[str]:
     """The warnings for a config in its JSON form, most important first."""
     found = []
@@ -39,4 +49,8 @@ def config_warnings(config: dict[str, Any]) -> list[str]:
         found.append(NO_ADMIN)
     if config.get("network", {}).get("availability_zones") is None:
         found.append(ZONES_BY_GETAZS)
+    for name, generation in config.get("generations", {}).items():
+        revision = generation.get("model_revision", "main")
+        if generation.get("enabled") and not _COMMIT.match(revision):
+            found.append(unpinned_revision(name, revision))
     return found

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gennstack.cli import main
-from gennstack.deploy_warnings import NO_ADMIN, ZONES_BY_GETAZS
+from gennstack.deploy_warnings import NO_ADMIN, ZONES_BY_GETAZS, config_warnings, unpinned_revision
 from gennstack.summary import SummaryError, summarize
 from tests.support import Synth
 
@@ -38,6 +38,8 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     # The defaults leave nobody able to reach the cluster and the zones to Fn::GetAZs: both said.
     assert f"  WARNING: {NO_ADMIN}" in text
     assert f"  WARNING: {ZONES_BY_GETAZS}" in text
+    for generation in ("inf2", "trn2", "g6e"):
+        assert f"  WARNING: {unpinned_revision(generation, 'main')}" in text
 
 
 def test_synth_warns_when_nobody_can_reach_the_cluster(synth: Synth, synth_variant: Synth) -> None:
@@ -68,7 +70,10 @@ def test_summary_of_variant(synth_variant: Synth) -> None:
     assert "NodePool gen2-trn2" not in text
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct\n" in text + "\n"
     assert "endpoint public from 203.0.113.0/24 + private" in text
-    assert "WARNING" not in text  # an admin role and zones are set
+    # An admin role and zones are set; the revisions are still branches (trn2 is disabled).
+    assert [line for line in text.splitlines() if "WARNING" in line] == [
+        f"  WARNING: {unpinned_revision(g, 'main')}" for g in ("inf2", "g6e")
+    ]
 
 
 def test_cli_prints_summary(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
@@ -81,3 +86,11 @@ def test_missing_assembly_is_a_clear_error(tmp_path: Path, capsys: pytest.Captur
         summarize(tmp_path)
     assert main(["summary", "--cdk-out", str(tmp_path)]) == 1
     assert "manifest.json not found" in capsys.readouterr().out
+
+
+def test_a_pinned_commit_is_not_warned_about() -> None:
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    config = {"cluster": {"admin_role_arns": ["arn:aws:iam::123456789012:role/a"]}, "network": {"availability_zones": ["x"]},
+              "generations": {"g6e": {"enabled": True, "model_revision": commit},
+                              "inf2": {"enabled": False, "model_revision": "main"}}}
+    assert config_warnings(config) == []
