@@ -37,6 +37,12 @@ _RETENTION = {
     3653: logs.RetentionDays.TEN_YEARS,
 }
 
+# Managed add-on configuration values, by add-on. The VPC CNI enforces Kubernetes NetworkPolicy
+# (the serving and gateway Redis instances rely on theirs) only with its network policy agent on:
+# the EKS User Guide's "Configure your cluster for Kubernetes network policies" sets exactly
+# {"enableNetworkPolicy": "true"} (a string) on the vpc-cni add-on (v1.14.0 and later).
+ADDON_CONFIGURATION: dict[str, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
+
 _LOG_TYPES = [
     eks.ClusterLoggingTypes.API,
     eks.ClusterLoggingTypes.AUDIT,
@@ -131,7 +137,7 @@ class Cluster(Construct):
         self.addons = {
             name: eks.Addon(
                 self, _addon_id(name), cluster=self.cluster, addon_name=name, addon_version=addon_version,
-                preserve_on_delete=False,
+                preserve_on_delete=False, configuration_values=ADDON_CONFIGURATION.get(name),
             )
             for name, addon_version in version.addons.items()
         }

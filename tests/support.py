@@ -135,3 +135,23 @@ def direct_dependencies(resources: dict[str, Any], logical_id: str) -> set[str]:
 
     walk(resource.get("Properties", {}))
     return found
+
+
+def unexpected_validation_findings(outdir: Path, config: Any) -> list[dict[str, Any]]:
+    """Violations in a synth's validation report other than the warnings GenNStack means to print.
+
+    cdk-nag's findings and any construct annotation count; the one expected entry is the warning
+    ``constructs/cluster.py`` adds when ``cluster.admin_role_arns`` is empty.
+    """
+    from gennstack.deploy_warnings import NO_ADMIN
+
+    report_file = outdir / "validation-report.json"
+    if not report_file.exists():
+        return []
+    expected = {("warning", NO_ADMIN)} if not config.cluster.admin_role_arns else set()
+    unexpected = []
+    for plugin in json.loads(report_file.read_text())["pluginReports"]:
+        for violation in plugin["violations"]:
+            if (violation["severity"], violation["description"]) not in expected:
+                unexpected.append(violation)
+    return unexpected

@@ -342,3 +342,10 @@ def test_controllers_are_told_their_region(synth: Synth) -> None:
     assert '\\"env\\":[{\\"name\\":\\"AWS_REGION\\",\\"value\\":\\"' in karpenter and "AWS::Region" in karpenter
     controller = json.dumps(charts["aws-load-balancer-controller"]["Values"])
     assert '\\"region\\":\\"' in controller and '\\"vpcId\\":\\"' in controller
+
+
+def test_vpc_cni_enforces_network_policies(synth: Synth) -> None:
+    """Without the VPC CNI's network policy agent every NetworkPolicy is accepted and ignored."""
+    addons = {a["Properties"]["AddonName"]: a["Properties"] for a in synth.resources("AWS::EKS::Addon").values()}
+    assert json.loads(addons["vpc-cni"]["ConfigurationValues"]) == {"enableNetworkPolicy": "true"}
+    assert all("ConfigurationValues" not in a for name, a in addons.items() if name != "vpc-cni")
