@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -13,6 +16,7 @@ from tests import helm
 from tests.support import ROOT
 
 CHART = ROOT / "assets" / "charts" / "gennstack-serving"
+SCRIPTS = CHART / "files"
 NAMESPACE = "gennstack-serving"
 # The values without a default, as a plain `helm install` would pass them.
 REQUIRED: dict[str, Any] = {
@@ -56,3 +60,12 @@ def chart() -> Path:
 def rendered_all() -> list[dict]:
     """Every generation, with staging on: every kind of object the chart makes."""
     return helm.render(CHART, merged(REQUIRED, STAGING), namespace=NAMESPACE)
+
+
+def load_script(name: str) -> ModuleType:
+    """Import one of the chart's container scripts (``files/<name>.py``) as a module, for unit tests."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -305,7 +305,7 @@ def test_openai_harmony_reads_its_encoding_from_tiktoken_encodings_base_and_chec
     """openai_harmony 0.0.8 (src/tiktoken_ext/public_encodings.rs): with TIKTOKEN_ENCODINGS_BASE set it
     loads `<base>/o200k_base.tiktoken` and checks its sha256 (no download); the digest it expects is
     the one stage.py verifies before it uploads."""
-    from tests.serving.test_serving_scripts import load
+    from tests.serving.conftest import load_script as load
 
     stage = load("stage")
     (tmp_path / "o200k_base.tiktoken").write_bytes(b"bm90IHRoZSByZWFsIGZpbGU= 0\n")

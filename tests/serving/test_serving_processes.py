@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.lambdas.lambda_support import make_certificate
-from tests.serving.conftest import CHART
+from tests.serving.conftest import CHART, load_script
 
 FILES = CHART / "files"
 
@@ -53,14 +53,7 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 '''
 
 
-def load(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, FILES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+load = load_script
 
 
 def free_port() -> int:

@@ -6,10 +6,8 @@ replica's process handling and the sidecar run as processes in test_serving_proc
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,17 +15,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tests.serving.conftest import CHART
+from tests.serving.conftest import CHART, load_script
 
 FILES = CHART / "files"
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(name, FILES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+load = load_script
 
 
 @dataclass
