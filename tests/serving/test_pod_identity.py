@@ -148,18 +148,20 @@ def test_neuron_serving_sync_fails_without_the_staged_marker_or_the_compile(moto
     assert "s3://compile-cache/neuron/b/.gennstack-complete is missing: run the compile Job first" in proc.stderr
 
 
-def test_compile_job_waits_for_staging_a_bounded_time(moto, agent, rendered, tmp_path) -> None:
-    """The compile Job's sync container gives up after STAGING_WAIT_SECONDS (staging.compileWaitSeconds)."""
+def test_compile_job_fails_at_once_without_the_staging_marker(moto, agent, rendered, tmp_path) -> None:
+    """The compile Job runs only once its stage Job has released it, after writing the marker
+    (tests/serving/test_compile_gate.py): a missing marker means it was released by hand, and
+    waiting would only keep the on-demand accelerator node. It fails at once, saying so."""
     container = workload(rendered, "gen1-inf2-compile", "sync-from-s3")
-    assert container["env"][[e["name"] for e in container["env"]].index("STAGING_WAIT_SECONDS")]["value"] == "10800"
+    assert "STAGING_WAIT_SECONDS" not in {e["name"] for e in container["env"]}
     env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
-                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="c/never-staged/", COMPILE_PREFIX="neuron/c/",
-                                      STAGING_WAIT_SECONDS="1"))
+                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="c/never-staged/", COMPILE_PREFIX="neuron/c/"))
     started = time.monotonic()
     proc = run(container, env, tmp_path)
     assert proc.returncode == 1
     assert time.monotonic() - started < 20
-    assert "did not appear within 1 s (STAGING_WAIT_SECONDS): the staging Job has not finished" in proc.stderr
+    assert ("s3://models/c/never-staged/.gennstack-complete is missing, yet this compile Job runs: its staging Job "
+            "releases it (spec.suspend=false) only after writing that marker") in proc.stderr
 
 
 def test_compile_job_skips_a_compile_already_in_s3(moto, agent, rendered, tmp_path) -> None:
@@ -365,7 +367,7 @@ def test_runai_streamer_fails_with_a_wrong_token(moto, agent, tmp_path, path, ex
 
 @pytest.mark.parametrize("workload_prefix, container, extra", [
     ("gen2-trn2", "sync-from-s3", {"MODEL_PREFIX": "a/trn2/"}),
-    ("gen1-inf2-compile", "sync-from-s3", {"MODEL_PREFIX": "a/trn2/", "STAGING_WAIT_SECONDS": "600"}),
+    ("gen1-inf2-compile", "sync-from-s3", {"MODEL_PREFIX": "a/trn2/"}),
     ("gen1-inf2-compile", "upload", {}),
     ("gen3-g6e", "sync-from-s3", {}),
     ("gen3-g6e-stage", "stage", {}),

@@ -262,10 +262,14 @@ def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(render
             assert spec["serviceAccountName"] == ("gennstack-staging" if writes else "gennstack-serving"), label
     # The serving account's only Kubernetes permission is patching pods (do-not-disrupt release),
     # narrowed to its own pod by the ValidatingAdmissionPolicy (tests/serving/test_serving_availability.py).
-    role = next(o for o in rendered_all if o["kind"] == "Role")
+    by_name = named(rendered_all)
+    role = by_name[("Role", "gennstack-serving-release-do-not-disrupt")]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
-    binding = next(o for o in rendered_all if o["kind"] == "RoleBinding")
+    binding = by_name[("RoleBinding", "gennstack-serving-release-do-not-disrupt")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gennstack-serving", "namespace": NAMESPACE}]
+    # The staging account's only Kubernetes permission: releasing its compile Jobs (test_compile_gate.py).
+    assert {name for kind, name in by_name if kind in ("Role", "RoleBinding")} == {
+        "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs"}
 
 
 def test_service_account_names_come_from_values() -> None:

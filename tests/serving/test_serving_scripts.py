@@ -149,19 +149,17 @@ def test_stage_refuses_unknown_tiktoken_encodings(s3, tmp_path) -> None:
                     scratch=str(tmp_path), encodings=("p50k_base",), log=lambda *_: None)
 
 
-def test_s3sync_waits_a_bounded_time(s3) -> None:
+def test_s3sync_compile_mode_needs_the_marker_and_never_waits(s3, tmp_path) -> None:
     sync = load("s3sync")
-    now = [0.0]
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        now[0] += seconds
-
-    with pytest.raises(sync.SyncError, match=r"s3://models/m/.gennstack-complete did not appear within 70 s"):
-        sync.wait_for(s3, "models", "m/.gennstack-complete", timeout=70, what="x", log=lambda *_: None,
-                      sleep=sleep, clock=lambda: now[0])
-    assert slept == [30, 30, 10]
+    assert not hasattr(sync, "wait_for")
+    env = {"MODE": "compile", "S3_CONCURRENCY": "4", "MODELS_BUCKET": "models", "MODEL_PREFIX": "m/", "MODEL_DIR": str(tmp_path / "m"),
+           "COMPILE_BUCKET": "models", "COMPILE_PREFIX": "neuron/m/", "COMPILED_DIR": str(tmp_path / "c")}
+    with pytest.raises(sync.SyncError, match=r"s3://models/m/.gennstack-complete is missing, yet this compile Job runs"):
+        sync.run_pull(env, s3, tmp_path)
+    s3.put_object(Bucket="models", Key="m/config.json", Body=b"{}")
+    s3.put_object(Bucket="models", Key="m/.gennstack-complete", Body=b"{}")
+    sync.run_pull(env, s3, tmp_path, log=lambda *_: None)
+    assert (tmp_path / "m" / "config.json").read_bytes() == b"{}"
 
 
 def test_s3sync_refuses_keys_outside_the_destination(s3, tmp_path) -> None:

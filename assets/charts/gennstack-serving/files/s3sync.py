@@ -8,13 +8,14 @@ s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 Mi
 
     python3 s3sync.py pull   (init container sync-from-s3)
         env: MODELS_BUCKET MODEL_PREFIX MODEL_DIR [COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR]
-             S3_CONCURRENCY, MODE = serve (default) | compile, STAGING_WAIT_SECONDS (compile mode),
+             S3_CONCURRENCY, MODE = serve (default) | compile,
              MARKER_PREFIX (where the staging marker is, when MODEL_PREFIX is a part of the model:
              g6e copies only `<model prefix>tiktoken/`)
         serve: the staged model (and, for Neuron, its compiled artifacts) must be complete in S3,
                else exit 1 naming the Job to run; then copy what is missing or differs.
-        compile: exit 0 with /work/skip when the compile is already in S3; wait at most
-               STAGING_WAIT_SECONDS for the staging Job's marker, then copy the weights.
+        compile: exit 0 with /work/skip when the compile is already in S3; else the staging
+               Job's marker must exist (that Job releases the suspended compile Job only after
+               writing it, so there is nothing to wait for), then copy the weights.
     python3 s3sync.py push   (compile Job's upload container)
         env: COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR S3_CONCURRENCY
         uploads a finished compile, then writes the marker serving requires.
@@ -37,7 +38,6 @@ from typing import Any
 
 MARKER = ".gennstack-complete"
 PART = 64 * 1024 * 1024
-POLL_SECONDS = 30
 
 
 class SyncError(Exception):
@@ -143,18 +143,6 @@ def _report(log: Callable[[str], None], verb: str, done: int, total: int, size: 
     log(f"{verb} {done} of {total} files ({size / 1e9:.2f} GB) from {src} to {dst} in {seconds:.1f} s ({rate:.0f} MB/s)")
 
 
-def wait_for(s3: Any, bucket: str, key: str, *, timeout: float, what: str, log: Callable[[str], None] = print,
-             sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
-    """Wait until ``s3://bucket/key`` exists, at most ``timeout`` seconds."""
-    deadline = clock() + timeout
-    while not exists(s3, bucket, key):
-        left = deadline - clock()
-        if left <= 0:
-            raise SyncError(f"s3://{bucket}/{key} did not appear within {timeout:.0f} s (STAGING_WAIT_SECONDS): {what}")
-        log(f"waiting for s3://{bucket}/{key} ({left:.0f} s left)")
-        sleep(min(POLL_SECONDS, left))
-
-
 def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], None] = print) -> None:
     mode = env.get("MODE", "serve")
     if mode not in ("serve", "compile"):
@@ -168,8 +156,11 @@ def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], N
             log(f"compiled artifacts already in s3://{compile_bucket}/{compile_prefix}: nothing to do")
             (work / "skip").touch()
             return
-        wait_for(s3, bucket, marker, timeout=float(env["STAGING_WAIT_SECONDS"]),
-                 what="the staging Job has not finished; look at it (kubectl get jobs), then re-run this compile Job", log=log)
+        if not exists(s3, bucket, marker):
+            raise SyncError(f"s3://{bucket}/{marker} is missing, yet this compile Job runs: its staging Job releases it "
+                            "(spec.suspend=false) only after writing that marker, so it was released by hand or the marker "
+                            "was deleted. Let the staging Job finish (kubectl get jobs), then delete this compile Job and "
+                            "deploy again: it is recreated suspended.")
     elif not exists(s3, bucket, marker):
         raise SyncError(f"s3://{bucket}/{marker} is missing: stage the model first (staging.enabled=true, see docs/serving.md)")
     pull(s3, bucket, prefix, Path(env["MODEL_DIR"]), concurrency, log)

@@ -111,7 +111,7 @@ limits:
 The init container that fills the pod's cache from S3 with files/s3sync.py, run by the python3 and
 boto3 of the generation's own image (credentials from Pod Identity): Neuron pods copy the weights
 and compiled artifacts; g6e pods (whose weights stream from S3) copy only the staged tiktoken
-encodings. mode: serve (fail when anything is missing) or compile (wait, bounded, for staging).
+encodings. mode: serve (fail when anything is missing) or compile (skip a compile already in S3).
 */}}
 {{- define "gennstack-serving.syncContainer" -}}
 - name: sync-from-s3
@@ -124,10 +124,6 @@ encodings. mode: serve (fail when anything is missing) or compile (wait, bounded
       value: {{ .mode }}
     - name: S3_CONCURRENCY
       value: {{ .root.Values.sync.concurrency | quote }}
-    {{- if eq .mode "compile" }}
-    - name: STAGING_WAIT_SECONDS
-      value: {{ .root.Values.staging.compileWaitSeconds | quote }}
-    {{- end }}
     - name: MODELS_BUCKET
       value: {{ include "gennstack-serving.modelsBucket" .root | quote }}
     {{- if .gen.neuron }}

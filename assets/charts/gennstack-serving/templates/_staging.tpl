@@ -1,0 +1,183 @@
+{{/*
+The staging and compile Jobs' pod templates, names and the compile Job's suspend gate.
+
+A Job's pod template is immutable once the Job exists (batch/v1), so a chart change that touched
+the template of a live Job would fail `helm upgrade`. Each name therefore carries a hash of the S3
+keys the Job produces AND of its rendered pod template: a changed template makes a new Job (which
+skips the work already complete in S3) and helm deletes the old one, instead of failing the upgrade.
+*/}}
+
+{{/* The stage Job's pod template. Call with (dict "root" $ "gen" $gen "compileJob" <name or "">). */}}
+{{- define "gennstack-serving.stagePodTemplate" -}}
+{{- $root := .root }}{{- $gen := .gen }}
+{{- $v := index $root.Values $gen.name }}
+{{- $ctx := dict "root" $root "gen" $gen "role" "staging" }}
+metadata:
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+    {{- include "gennstack-serving.selectorLabels" $ctx | nindent 4 }}
+spec:
+  restartPolicy: Never
+  serviceAccountName: {{ $root.Values.serviceAccounts.staging.name }}
+  {{- if .compileJob }}
+  # stage.py releases the compile Job through the Kubernetes API with this account's token.
+  automountServiceAccountToken: true
+  {{- end }}
+  containers:
+    - name: stage
+      # Has python3, huggingface_hub and boto3.
+      image: {{ $root.Values.images.vllm }}
+      imagePullPolicy: {{ $root.Values.images.pullPolicy }}
+      command: ["python3", "/scripts/stage.py"]
+      env:
+        {{- include "gennstack-serving.awsEnv" $ctx | nindent 8 }}
+        - name: MODELS_BUCKET
+          value: {{ include "gennstack-serving.modelsBucket" $root | quote }}
+        - name: MODEL_PREFIX
+          value: {{ $gen.modelPrefix | quote }}
+        - name: MODEL_ID
+          value: {{ $v.modelId | quote }}
+        - name: MODEL_REVISION
+          value: {{ $v.revision | quote }}
+        # The secret's name or ARN; stage.py reads the token itself.
+        - name: HF_TOKEN_SECRET
+          value: {{ $root.Values.staging.hfTokenSecret | quote }}
+        - name: HF_HOME
+          value: /scratch
+        {{- if and (not $gen.neuron) $v.tiktokenEncodings }}
+        - name: TIKTOKEN_ENCODINGS
+          value: {{ join " " $v.tiktokenEncodings | quote }}
+        {{- end }}
+        {{- if .compileJob }}
+        # Un-suspended by stage.py once the model is staged (the Role allows patching only it).
+        - name: COMPILE_JOB
+          value: {{ .compileJob | quote }}
+        {{- end }}
+      resources:
+        {{- toYaml $root.Values.staging.resources | nindent 8 }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        capabilities:
+          drop: ["ALL"]
+      volumeMounts:
+        - name: scripts
+          mountPath: /scripts
+          readOnly: true
+        - name: scratch
+          mountPath: /scratch
+  volumes:
+    - name: scripts
+      configMap:
+        name: gennstack-serving-scripts
+    - name: scratch
+      emptyDir: {}
+{{- end }}
+
+{{/* The compile Job's pod template. Call with (dict "root" $ "gen" $gen). */}}
+{{- define "gennstack-serving.compilePodTemplate" -}}
+{{- $root := .root }}{{- $gen := .gen }}
+{{- $compile := dict "root" $root "gen" $gen "role" "compile" }}
+metadata:
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+    {{- include "gennstack-serving.selectorLabels" $compile | nindent 4 }}
+  annotations:
+    # A compile takes up to an hour: never consolidate its node away.
+    karpenter.sh/do-not-disrupt: "true"
+spec:
+  restartPolicy: Never
+  serviceAccountName: {{ $root.Values.serviceAccounts.staging.name }}
+  priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
+  # On-demand only: a spot reclaim mid-compile must not leave a half-written artifact set.
+  {{- include "gennstack-serving.placement" (dict "gen" $gen "onDemand" true) | nindent 2 }}
+  initContainers:
+    {{- include "gennstack-serving.syncContainer" (dict "root" $root "gen" $gen "mode" "compile") | nindent 4 }}
+    - name: compile
+      image: {{ $gen.image }}
+      imagePullPolicy: {{ $root.Values.images.pullPolicy }}
+      command: ["/bin/bash", "/scripts/compile.sh"]
+      env:
+        {{- include "gennstack-serving.serverEnv" $compile | nindent 8 }}
+      resources:
+        {{- include "gennstack-serving.resources" $compile | nindent 8 }}
+      securityContext:
+        allowPrivilegeEscalation: false
+      volumeMounts:
+        - name: scripts
+          mountPath: /scripts
+          readOnly: true
+        - name: cache
+          mountPath: /cache
+        - name: work
+          mountPath: /work
+        - name: dshm
+          mountPath: /dev/shm
+  containers:
+    - name: upload
+      image: {{ $gen.image }}
+      imagePullPolicy: {{ $root.Values.images.pullPolicy }}
+      command: ["python3", "/scripts/s3sync.py", "push"]
+      env:
+        {{- include "gennstack-serving.awsEnv" $compile | nindent 8 }}
+        - name: S3_CONCURRENCY
+          value: {{ $root.Values.sync.concurrency | quote }}
+        - name: COMPILE_BUCKET
+          value: {{ include "gennstack-serving.compileCacheBucket" $root | quote }}
+        - name: COMPILE_PREFIX
+          value: {{ $gen.compilePrefix | quote }}
+        - name: COMPILED_DIR
+          value: {{ include "gennstack-serving.compiledDir" $compile | quote }}
+      resources:
+        requests:
+          cpu: "4"
+          memory: 4Gi
+        limits:
+          memory: 8Gi
+      securityContext:
+        allowPrivilegeEscalation: false
+        capabilities:
+          drop: ["ALL"]
+      volumeMounts:
+        - name: scripts
+          mountPath: /scripts
+          readOnly: true
+        - name: cache
+          mountPath: /cache
+        - name: work
+          mountPath: /work
+  volumes:
+    {{- include "gennstack-serving.volumes" $compile | nindent 4 }}
+{{- end }}
+
+{{/* `<pool>-compile-<hash>` of a Neuron generation. Call with (dict "root" $ "gen" $gen). */}}
+{{- define "gennstack-serving.compileJobName" -}}
+{{- $template := include "gennstack-serving.compilePodTemplate" . }}
+{{- printf "%s-compile-%s" .gen.pool (printf "%s\n%s" .gen.compilePrefix $template | sha256sum | trunc 10) }}
+{{- end }}
+
+{{/* `<pool>-stage-<hash>`. Call with (dict "root" $ "gen" $gen "compileJob" <name or "">). */}}
+{{- define "gennstack-serving.stageJobName" -}}
+{{- $template := include "gennstack-serving.stagePodTemplate" . }}
+{{- printf "%s-stage-%s" .gen.pool (printf "%s\n%s" .gen.modelPrefix $template | sha256sum | trunc 10) }}
+{{- end }}
+
+{{/*
+The compile Job's spec.suspend: "true" unless its model is known to be staged, so that it creates
+no pod (and Karpenter launches no on-demand accelerator node) while staging runs; stage.py sets it
+to false once the model is in S3. Known to be staged, from the live cluster (helm's `lookup`; it
+returns nothing under `helm template` and `helm lint`, which therefore render "true"):
+- the live compile Job is already released (spec.suspend false): keep it so. Rendering true again
+  would make `helm upgrade` suspend a running compile (the Job controller deletes its pods) or, with
+  server-side apply, fail on a conflict with stage.py's field manager;
+- the live stage Job has succeeded: it wrote the marker and released the compile Job, so a
+  suspend that came back (an upgrade that rendered before that release and applied after it) is undone.
+Call with (dict "root" $ "compileJob" <name> "stageJob" <name>).
+*/}}
+{{- define "gennstack-serving.compileSuspend" -}}
+{{- $ns := .root.Release.Namespace }}
+{{- $compile := lookup "batch/v1" "Job" $ns .compileJob }}
+{{- $stage := lookup "batch/v1" "Job" $ns .stageJob }}
+{{- $released := and (not (empty $compile)) (not (dig "spec" "suspend" false $compile)) }}
+{{- $staged := gt (int (dig "status" "succeeded" 0 $stage)) 0 }}
+{{- ternary "false" "true" (or $released $staged) }}
+{{- end }}
