@@ -14,6 +14,7 @@ from gennstack.config import load_config
 from gennstack.serving import ServingConfig, serving_values
 from tests import helm
 from tests.support import ROOT
+from tests.serving.aws_fakes import MotoServer, PodIdentityAgent
 
 CHART = ROOT / "assets" / "charts" / "gennstack-serving"
 SCRIPTS = CHART / "files"
@@ -69,3 +70,18 @@ def load_script(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# A local S3 (moto in server mode) and a fake EKS Pod Identity agent, one of each per test module.
+@pytest.fixture(scope="module")
+def moto():
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def agent(moto):
+    fake = PodIdentityAgent(moto.credentials)
+    yield fake
+    fake.stop()

@@ -22,11 +22,11 @@ import yaml
 from tests import helm
 from tests.k8s_schema import KUBERNETES_VERSION, validate
 from tests.lambdas.lambda_support import make_certificate
-from tests.serving.aws_fakes import MotoServer, PodIdentityAgent, pod_env
+from tests.serving.aws_fakes import pod_env
 from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, STAGING, merged, only
 from tests.serving.fake_hub import FakeHub
 from tests.serving.fake_kube_api import MERGE_PATCH, FakeKubeApi
-from tests.serving.test_pod_identity import COMMIT, HUB_FILES, env_with_prefixes, put, run
+from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, put, run
 
 pytestmark = pytest.mark.slow
 
@@ -230,20 +230,6 @@ def test_upgrade_renders_the_live_suspend_state(kube, compile_state, stage_succe
 
 
 # --- stage.py releases the compile Job (a real process) -----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoServer()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def agent(moto):
-    fake = PodIdentityAgent(moto.credentials)
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import struct
 import subprocess
 import sys
 import time
@@ -23,29 +21,17 @@ from pathlib import Path
 import pytest
 
 from tests import helm
-from tests.serving.aws_fakes import TOKEN, MotoServer, PodIdentityAgent, pod_env
+from tests.serving.aws_fakes import TOKEN, pod_env
 from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, STAGING, merged
+from tests.serving.containers import (
+    COMMIT, HUB_FILES, chart_env, env_with_prefixes, put, run, safetensors, workload,
+)
 from tests.serving.fake_hub import FakeHub
 
 pytestmark = pytest.mark.slow
 
-FILES = CHART / "files"
 BUCKET, COMPILE_BUCKET = "models", "compile-cache"
 WRONG = "eyJhbGciOiJSUzI1NiJ9.another-pods-token"
-
-
-@pytest.fixture(scope="module")
-def moto():
-    server = MotoServer()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def agent(moto):
-    fake = PodIdentityAgent(moto.credentials)
-    yield fake
-    fake.stop()
 
 
 @pytest.fixture(scope="module")
@@ -63,45 +49,6 @@ def rendered() -> dict:
             for c in [*spec.get("initContainers", []), *spec["containers"]]:
                 out[(obj["metadata"]["name"], c["name"])] = c
     return out
-
-
-def chart_env(container: dict, root: Path) -> dict[str, str]:
-    """The container's literal env, with its volume paths moved under ``root``."""
-    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-    moved = {k: str(root) + v if v.startswith(("/cache", "/scratch")) else v for k, v in env.items()}
-    return {**moved, "WORK_DIR": str(root / "work")}
-
-
-def workload(rendered: dict, prefix: str, container: str) -> dict:
-    """The container of workload ``prefix`` (a Deployment's name, or a Job's name less its hash)."""
-    matches = [c for (name, cname), c in rendered.items()
-               if cname == container and (name == prefix or re.fullmatch(rf"{prefix}-[0-9a-f]{{10}}", name))]
-    assert len(matches) == 1, (prefix, container, sorted(rendered))
-    return matches[0]
-
-
-def run(container: dict, env: dict[str, str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
-    """Run the container's command (python3 -> this interpreter, /scripts -> the chart's files/)."""
-    command = [sys.executable if c == "python3" else c.replace("/scripts/", f"{FILES}/") for c in container["command"]]
-    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-
-
-def safetensors(name: str, values: bytes) -> bytes:
-    header = json.dumps({name: {"dtype": "U8", "shape": [len(values)], "data_offsets": [0, len(values)]}}).encode()
-    return struct.pack("<Q", len(header)) + header + values
-
-
-def put(s3, bucket: str, prefix: str, files: dict[str, bytes], marker: bool = True) -> None:
-    for rel, data in files.items():
-        s3.put_object(Bucket=bucket, Key=prefix + rel, Body=data)
-    if marker:
-        s3.put_object(Bucket=bucket, Key=prefix + ".gennstack-complete", Body=b"{}")
-
-
-def env_with_prefixes(container: dict, root: Path, **prefixes: str) -> dict[str, str]:
-    env = chart_env(container, root)
-    env.update(prefixes)
-    return env
 
 
 # --- the Neuron syncer and the compile upload (files/s3sync.py in the Neuron DLC) ----------------
@@ -197,14 +144,6 @@ def test_compile_upload_pushes_the_artifacts_then_the_marker(moto, agent, render
 
 # --- staging (files/stage.py in the vLLM image) -----------------------------------------------
 
-COMMIT = "3f1c2a9e0b7d4c5a6e8f9a0b1c2d3e4f5a6b7c8d"
-HUB_FILES = {
-    "config.json": b'{"model_type": "gpt_oss"}',
-    "model-00001-of-00001.safetensors": safetensors("w", b"\x01" * 300),
-    "original/model.safetensors": b"o" * 100,
-    "metal/model.bin": b"m" * 100,
-    ".gitattributes": b"*.safetensors filter=lfs",
-}
 # Stand-ins for the real encodings; their sha256 is what stage.py must accept for them.
 ENCODINGS = {"o200k_base.tiktoken": b"bzIwMGs= 0\n", "cl100k_base.tiktoken": b"Y2wxMDBr 0\n"}
 
