@@ -10,17 +10,17 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import ssl
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
 from tests.lambdas.sigv4 import BadSignature, verify_presigned_url
+from tests.local_https import LocalHttpsServer
 
 SCALE_PATH = "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale"
 
@@ -55,46 +55,14 @@ class FakeKubernetes:
     hang_seconds: float = 1.0
 
     def start(self) -> str:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.certfile, self.keyfile)
-        fake = self
         self._lock = threading.Lock()
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request: socket.socket, client_address: Any) -> None:
-                request.settimeout(5)
-                tls = context.wrap_socket(request, server_side=True)
-                super().finish_request(tls, client_address)
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass  # a client that rejects our certificate, or hangs up on a hung request
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                fake._serve(self)
-
-            def do_PATCH(self) -> None:
-                fake._serve(self)
-
-            def do_PUT(self) -> None:
-                fake._serve(self)
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self._thread.start()
-        return f"https://127.0.0.1:{self._server.server_address[1]}"
+        self._https = LocalHttpsServer(
+            self._serve, certfile=self.certfile, keyfile=self.keyfile, methods=("GET", "PATCH", "PUT")
+        )
+        return self._https.url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._https.stop()
 
     # -- views for the tests
     def patches(self) -> list[Seen]:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
+
+from tests.local_https import LocalHttpsServer
 
 MERGE_PATCH = "application/merge-patch+json"
 # Kinds that are not namespaced, among those the chart renders.
@@ -82,52 +83,16 @@ class FakeKubeApi:
     faults: list[int] = field(default_factory=list)  # statuses the next PATCHes answer instead (503: overloaded)
 
     def start(self) -> str:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.certfile, self.keyfile)
-        fake = self
         self._lock = threading.Lock()
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request: socket.socket, client_address: Any) -> None:
-                request.settimeout(5)
-                super().finish_request(context.wrap_socket(request, server_side=True), client_address)
-
-            def handle_error(self, request: Any, client_address: Any) -> None:
-                pass
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:  # noqa: N802
-                fake._serve(self)
-
-            def do_PATCH(self) -> None:  # noqa: N802
-                fake._serve(self)
-
-            def do_POST(self) -> None:  # noqa: N802
-                fake._serve(self)
-
-            def do_PUT(self) -> None:  # noqa: N802
-                fake._serve(self)
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-        self._thread.start()
-        return f"https://127.0.0.1:{self._server.server_address[1]}"
+        self._https = LocalHttpsServer(self._serve, certfile=self.certfile, keyfile=self.keyfile)
+        return self._https.url
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1]
+        return self._https.port
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._https.stop()
 
     def patches(self) -> list[Seen]:
         return [r for r in self.requests if r.method == "PATCH"]
