@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import threading
 import time
 from collections import deque
@@ -20,18 +19,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tests.lambdas.sigv4 import BadSignature, verify_presigned_url
-from tests.local_https import LocalHttpsServer
+from tests.local_https import LocalHttpsServer, Seen, read_request, send
 
 SCALE_PATH = "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale"
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    status: int = 0
 
 
 @dataclass
@@ -73,16 +63,8 @@ class FakeKubernetes:
 
     # -- the API
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
-        # As Go's net/http (the API server) does: without it every response waits ~40 ms for the
-        # client's delayed ACK between the header and body writes.
-        h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw
-        seen = Seen(h.command, h.path, {k.lower(): v for k, v in h.headers.items()}, body)
+        seen = read_request(h)
+        body = seen.body
         with self._lock:
             self.requests.append(seen)
             fault = self.faults.popleft() if self.faults else None
@@ -146,15 +128,7 @@ class FakeKubernetes:
         )
 
     def _send(self, h: BaseHTTPRequestHandler, seen: Seen, status: int, body: bytes, content_type: str = "application/json") -> None:
-        seen.status = status
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", content_type)
-            h.send_header("Content-Length", str(len(body)))
-            h.end_headers()
-            h.wfile.write(body)
-        except OSError:
-            pass  # the client gave up (timeout tests)
+        send(h, seen, status, body, content_type)
 
 
 def _deployment_key(path: str) -> tuple[str, str] | None:

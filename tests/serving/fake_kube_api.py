@@ -17,27 +17,17 @@
 from __future__ import annotations
 
 import json
-import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from tests.local_https import LocalHttpsServer
+from tests.local_https import LocalHttpsServer, Seen, read_request, send
 
 MERGE_PATCH = "application/merge-patch+json"
 # Kinds that are not namespaced, among those the chart renders.
 CLUSTER_SCOPED = {"PriorityClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-
-
-@dataclass
-class Seen:
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-    status: int = 0
 
 
 def plural(kind: str) -> str:
@@ -99,14 +89,8 @@ class FakeKubeApi:
 
     # -- the API
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
-        h.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = raw
-        seen = Seen(h.command, h.path, {k.lower(): v for k, v in h.headers.items()}, body)
+        seen = read_request(h)
+        body = seen.body
         with self._lock:
             self.requests.append(seen)
         auth = seen.headers.get("authorization", "")
@@ -191,15 +175,7 @@ class FakeKubeApi:
         return None
 
     def _send(self, h: BaseHTTPRequestHandler, seen: Seen, status: int, body: bytes) -> None:
-        seen.status = status
-        try:
-            h.send_response(status)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(body)))
-            h.end_headers()
-            h.wfile.write(body)
-        except OSError:
-            pass
+        send(h, seen, status, body)
 
 
 def _status(code: int, message: str, reason: str) -> bytes:
