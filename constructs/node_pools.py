@@ -13,7 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
 from gennstack import versions
 from gennstack.config import GenerationConfig, GenNStackConfig
-from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU
+from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, pool_limits
 
 # NodePool names by generation; the interruption handler and the serving charts refer to them.
 POOL_NAMES = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
@@ -80,14 +80,9 @@ def node_class(
 
 def _limits(generation: GenerationConfig) -> dict[str, str]:
     """Pool limits from ``max_nodes``: the largest configured instance type, that many times."""
-    specs = [INSTANCE_TYPES[t] for t in generation.instance_types]
-    largest = max(specs, key=lambda s: (s.accelerators, s.vcpu))
-    limits = {
-        "cpu": str(generation.max_nodes * max(s.vcpu for s in specs)),
-        "memory": f"{generation.max_nodes * max(s.memory_gib for s in specs)}Gi",
-    }
-    limits[largest.accelerator_resource] = str(generation.max_nodes * max(s.accelerators for s in specs))
-    return limits
+    limits = pool_limits(generation.instance_types, generation.max_nodes)
+    memory = limits.pop("memory_gib")
+    return {"cpu": str(limits.pop("cpu")), "memory": f"{memory}Gi", **{k: str(v) for k, v in limits.items()}}
 
 
 def _pool(

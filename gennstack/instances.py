@@ -45,3 +45,19 @@ INSTANCE_TYPES: dict[str, InstanceSpec] = {
 
 def family(instance_type: str) -> str:
     return instance_type.split(".", 1)[0]
+
+
+def pool_limits(instance_types: tuple[str, ...], max_nodes: int) -> dict[str, int]:
+    """A NodePool's limits: ``max_nodes`` of the largest configured type, per resource.
+
+    ``cpu`` (vCPUs), ``memory_gib`` and the accelerator resource of the types. Karpenter's
+    NodePools (constructs/node_pools.py) set them as limits, and ``gennstack preflight`` counts
+    the same vCPUs against the EC2 quotas, so the two cannot drift apart.
+    """
+    specs = [INSTANCE_TYPES[t] for t in instance_types]
+    largest = max(specs, key=lambda s: (s.accelerators, s.vcpu))
+    return {
+        "cpu": max_nodes * max(s.vcpu for s in specs),
+        "memory_gib": max_nodes * max(s.memory_gib for s in specs),
+        largest.accelerator_resource: max_nodes * max(s.accelerators for s in specs),
+    }

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gennstack.config import GenNStackConfig
-from gennstack.instances import INSTANCE_TYPES
+from gennstack.instances import INSTANCE_TYPES, pool_limits
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ def vcpu_needs(config: GenNStackConfig, system_type_vcpus: dict[str, int]) -> li
         purchases = ["spot"] + (["on-demand"] if generation.on_demand_fallback else [])
         for purchase in purchases:
             smallest = min(vcpus) if generation.max_nodes else 0
-            need = Need(f"{name} {purchase} pool", generation.max_nodes * max(vcpus), smallest, max(vcpus), generation.max_nodes)
+            most = pool_limits(generation.instance_types, generation.max_nodes)["cpu"]  # the NodePool's cpu limit
+            need = Need(f"{name} {purchase} pool", most, smallest, max(vcpus), generation.max_nodes)
             out.append(QuotaNeed(GENERATION_CLASS[name], purchase, (need,)))
     return out
