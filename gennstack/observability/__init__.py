@@ -1,0 +1,1 @@
+"""Metrics, dashboards, alerts and autoscaling signals (kube-prometheus-stack, KEDA)."""
