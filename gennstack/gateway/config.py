@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gennstack.config_base import GENERATION_NAMES, FieldError, StrictModel
+from gennstack.gateway.names import backend_object_name, collisions, rule_name
 
 __all__ = [
     "AliasTarget",
@@ -291,10 +292,23 @@ class GatewayConfig(StrictModel):
                     raise FieldError(f"fallbacks.{model}", other, "another model from models")
             if len(set(others)) != len(others):
                 raise FieldError(f"fallbacks.{model}", list(others), "each model at most once")
+        self._unique_kubernetes_names()
         if len(self.models) + len(self.aliases) > MAX_ROUTES:
             raise FieldError("aliases", len(self.models) + len(self.aliases),
                              f"at most {MAX_ROUTES} model names and aliases together (AI Gateway rules per route)")
         return self
+
+
+    def _unique_kubernetes_names(self) -> None:
+        """Two names that sanitize and truncate to one Kubernetes name would be rejected by the API
+        server (rule names) or overwrite each other (Backends): refuse them here, naming both."""
+        for key, names, to_name, what in (
+            ("models", list(self.models), backend_object_name, "Backend/AIServiceBackend"),
+            ("aliases", [*self.models, *self.aliases], rule_name, "AIGatewayRoute rule"),
+        ):
+            for k8s_name, sources in collisions(names, to_name).items():
+                raise FieldError(key, sources, f"names that give distinct Kubernetes names; these all give the {what} "
+                                 f"name {k8s_name!r} (lowercased, '._:/' -> '-', cut at 63 characters)")
 
 
 # ---- the routing table ------------------------------------------------------------------

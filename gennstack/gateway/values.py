@@ -6,10 +6,10 @@ same functions and render the project chart with them, so what is tested is what
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from gennstack.gateway.config import GatewayConfig, RoutingTable
+from gennstack.gateway.names import GATEWAY_RELEASE, backend_object_name, rule_name
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
 # and the Redis URL below are derived from them, so they are fixed, not configurable.
@@ -18,7 +18,6 @@ AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller"  # the ai-gateway-helm chart's controller.fullnameOverride
 EXTERNAL_SECRETS_NAMESPACE = "external-secrets"
 EXTERNAL_SECRETS_SERVICE_ACCOUNT = "external-secrets"
-GATEWAY_RELEASE = "gennstack-gateway"  # the project chart's release; its fullname is the same
 CLIENT_HEADER = "x-gennstack-client"
 
 
@@ -34,11 +33,6 @@ def redis_url(gateway: GatewayConfig) -> str:
 def gateway_name() -> str:
     """Name of the Gateway, the AIGatewayRoute and the HTTPRoute generated from it."""
     return GATEWAY_RELEASE
-
-
-def backend_object_name(backend: str) -> str:
-    """Name the chart gives a backend's Backend and AIServiceBackend (mirrors _helpers.tpl)."""
-    return f"{GATEWAY_RELEASE}-{re.sub(r'[._:/]', '-', backend.lower())}"[:63].rstrip("-")
 
 
 def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region: str,
@@ -67,6 +61,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         "backends": [
             {
                 "name": name,
+                "objectName": backend_object_name(name),
                 "host": f"{backend.service}.{gateway.serving_namespace}.svc.cluster.local",
                 "port": backend.port,
             }
@@ -75,9 +70,11 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         "routes": [
             {
                 "model": route.model,
+                "ruleName": rule_name(route.model),
                 "backends": [
                     {
                         "name": b.backend,
+                        "objectName": backend_object_name(b.backend),
                         "weight": b.weight,
                         "priority": b.priority,
                         "modelNameOverride": b.served_model if b.served_model != route.model else "",

@@ -239,7 +239,8 @@ def test_required_values(helm, missing) -> None:
 
 
 def test_route_naming_an_unknown_backend_fails(helm) -> None:
-    routes = {"routes": [{"model": "m", "backends": [{"name": "nope", "weight": 1, "priority": 0}]}]}
+    routes = {"routes": [{"model": "m", "ruleName": "model-m",
+                          "backends": [{"name": "nope", "objectName": "gennstack-gateway-nope", "weight": 1, "priority": 0}]}]}
     proc = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "secrets.region=us-east-1",
                            "--set", "apiKeys.remoteSecretName=k", "--values", "-"],
                           input=json.dumps(routes), capture_output=True, text=True, timeout=120)
@@ -274,3 +275,26 @@ def test_external_secrets_objects_meet_their_crds(default_docs) -> None:
         broken["spec"]["refreshIntervall"] = "1h"
         with pytest.raises(AssertionError, match="refreshIntervall"):
             validate(broken)
+
+
+def test_model_names_kubernetes_cannot_hold_render_valid_objects(helm) -> None:
+    """A Hugging Face style name ('org/Name-3.1:tag') becomes valid object and rule names from
+    gennstack.gateway.names, and stays whole in an annotation (a label value may not hold '/' or ':')."""
+    from gennstack.gateway.names import rule_name
+
+    name = "Meta-Llama/Llama-3.1-8B:fp8"
+    gateway = _config_with_models({name: {"generation": "g6e", "service": "gen3-g6e"}})
+    docs = render(helm, gateway)
+    _validate_all(docs)
+    by_kind = _by_kind(docs)
+    (route,) = by_kind["AIGatewayRoute"]
+    assert [r["name"] for r in route["spec"]["rules"]] == [rule_name(name)]
+    assert route["spec"]["rules"][0]["backendRefs"][0]["name"] == backend_object_name(name)
+    for kind in ("Backend", "AIServiceBackend"):
+        (obj,) = by_kind[kind]
+        assert obj["metadata"]["name"] == backend_object_name(name) == "gennstack-gateway-meta-llama-llama-3-1-8b-fp8"
+        assert obj["metadata"]["annotations"]["gennstack.io/model"] == name
+
+
+def _config_with_models(models: dict) -> GatewayConfig:
+    return GatewayConfig.model_validate(frozen({"models": models, "aliases": {}}))

@@ -96,3 +96,39 @@ def test_too_many_routes_for_one_ai_gateway_route() -> None:
 def test_unknown_generation_in_routing_table() -> None:
     with pytest.raises(ValueError, match="unknown generation"):
         routing_table(GatewayConfig(), {"p5"})
+
+
+def _models(*names: str) -> dict:
+    return {name: {"generation": "g6e", "service": f"s{i}"} for i, name in enumerate(names)}
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    # differ only in case: one Backend name
+    ({"models": _models("Llama-3", "llama-3"), "aliases": {}},
+     "models: got ['Llama-3', 'llama-3']; allowed: names that give distinct Kubernetes names; "
+     "these all give the Backend/AIServiceBackend name 'gennstack-gateway-llama-3'"),
+    # '.', ':', '/' and '_' all become '-'
+    ({"models": _models("org/m:1", "org-m_1"), "aliases": {}}, "'gennstack-gateway-org-m-1'"),
+    # a common 45-character prefix: the Backend names are cut at 63 characters and meet
+    ({"models": _models("p" * 45 + "-a", "p" * 45 + "-b"), "aliases": {}}, "gennstack-gateway-" + "p" * 45 + "'"),
+    # an alias and a model give one rule name
+    ({"models": _models("gpt.oss"), "aliases": {"gpt-oss": [{"model": "gpt.oss"}]}},
+     "aliases: got ['gpt-oss', 'gpt.oss']; allowed: names that give distinct Kubernetes names; "
+     "these all give the AIGatewayRoute rule name 'model-gpt-oss'"),
+])
+def test_names_that_collide_in_kubernetes_are_refused(data, message) -> None:
+    with pytest.raises(ValidationError) as excinfo:
+        _config(**data)
+    assert message in str(excinfo.value)
+
+
+def test_names_that_stay_distinct_are_kept() -> None:
+    """57 characters after 'model-' keep rule names apart; 45 after 'gennstack-gateway-' keep Backends apart."""
+    from gennstack.gateway.names import backend_object_name, rule_name
+
+    a, b = "q" * 43 + "-a", "q" * 43 + "-b"
+    gateway = _config(models=_models(a, b), aliases={})
+    assert {backend_object_name(m) for m in gateway.models} == {"gennstack-gateway-" + a, "gennstack-gateway-" + b}
+    assert len(backend_object_name(a)) == 63 and rule_name(a) == "model-" + a
+    assert rule_name("Meta-Llama/Llama-3.1-8B:fp8") == "model-meta-llama-llama-3-1-8b-fp8"
+    assert rule_name("x" * 57 + "-y") == "model-" + "x" * 57  # cut at 63, no trailing '-'

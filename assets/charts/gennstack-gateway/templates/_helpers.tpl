@@ -40,11 +40,6 @@ app.kubernetes.io/part-of: gennstack
 {{- default (include "gennstack-gateway.fullname" .) .Values.gateway.name }}
 {{- end }}
 
-{{/* Object name of a backend (Backend and AIServiceBackend share it). */}}
-{{- define "gennstack-gateway.backendName" -}}
-{{- printf "%s-%s" (include "gennstack-gateway.fullname" .root) (.name | lower | replace "." "-" | replace ":" "-" | replace "/" "-" | replace "_" "-") | trunc 63 | trimSuffix "-" }}
-{{- end }}
-
 {{- define "gennstack-gateway.apiKeysSecret" -}}
 {{- printf "%s-api-keys" (include "gennstack-gateway.fullname" .) }}
 {{- end }}
