@@ -155,7 +155,7 @@ def parse_table(data: Any, region: str) -> PriceTable:
     if not isinstance(regions, dict) or region not in regions:
         raise PriceError(
             f"region: got {region!r}; allowed: a region the bundled price table has ({sorted(regions or {})}); "
-            f"for {region} run `gennstack cost --live` (AWS Price List API) or give prices with --price TYPE=USD"
+            f"for {region} run `gennstack cost --live` (AWS Price List API)"
         )
     table = regions[region]
     ec2, services = table.get("ec2_on_demand_per_hour"), table.get("services")
