@@ -123,7 +123,7 @@ def markdown(breakdown: Breakdown, table: PriceTable) -> str:
             f"(months of {HOURS_PER_MONTH} h):", "", *rows, ""]
     for what, why in breakdown.unpriced:
         text.append(f"- **Not in the totals:** {what}: {why}.")
-    text.extend(f"- {note[0].upper()}{note[1:]}." for note in breakdown.notes + price_notes(breakdown, table, None))
+    text.extend(f"- {note[0].upper()}{note[1:].rstrip('.')}." for note in breakdown.notes + price_notes(breakdown, table, None))
     fleet, best, worst = seed_baseline(table)
     low, high = SEED_BASELINE["tokens_per_s"]
     text += ["", f"**The number to beat.** The seed design's Gen3 ran {SEED_BASELINE['nodes']} x {SEED_BASELINE['instance_type']} "
