@@ -92,9 +92,9 @@ def _config(args: argparse.Namespace):
     return read_config(Path(args.cdk_json), getattr(args, "config", None))
 
 
-def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[Any, str], Any] | None = None,
+def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[str], Any] | None = None,
                now: datetime | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
-    """The command. Tests pass ``make_clients`` (Stubber-wrapped clients) and a fixed ``now``."""
+    """The command. Tests pass ``make_clients`` (region -> client factory of Stubber-wrapped clients) and a fixed ``now``."""
     from gennstack.cost import live, report
     from gennstack.cost.model import hourly_cost
 
@@ -110,11 +110,11 @@ def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[Any, str], A
                 import boto3
 
                 session = boto3.Session(profile_name=args.profile) if args.profile else boto3.Session()
-                make_clients = lambda _session, r: live.session_clients(session, r)  # noqa: E731
+                make_clients = lambda r: live.session_clients(session, r)  # noqa: E731
             types = sorted({t for g in config.generations.enabled().values() for t in g.instance_types}
                            | {config.cluster.system_node_instance_types[0], "m7i.xlarge"})
             zones = list(config.network.availability_zones) if config.network.availability_zones else None
-            table, notes = live.live_table(region, types, zones, make_clients(None, region), now)
+            table, notes = live.live_table(region, types, zones, make_clients(region), now)
             table = table.with_overrides(dict(args.price), now.date()) if args.price else table
         else:
             table = _table(args, region, now.date())

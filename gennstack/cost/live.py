@@ -140,6 +140,10 @@ def live_table(region: str, instance_types: list[str], zones: list[str] | None, 
     if missing:
         notes.append(f"no on-demand price in {region} for {', '.join(missing)} (not sold on demand there)")
     spot = fetch_spot(clients("ec2"), instance_types, zones, now)
+    no_spot = [t for t in instance_types if t in on_demand and t not in spot]
+    if no_spot:
+        notes.append(f"no spot price for {', '.join(no_spot)} in {'the configured zones' if zones else region}: "
+                     "its spot figure is the estimate (on-demand less the stated discount)")
     sources = {**base.sources, LIVE_SOURCE: {"title": "AWS Price List API (GetProducts) and EC2 DescribeSpotPriceHistory",
                                              "url": "https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html",
                                              "date": now.date().isoformat()}}

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from gennstack.config import GenNStackConfig
 from gennstack.cost.prices import HOURS_PER_MONTH, Price, PriceError, PriceTable
 from gennstack.instances import INSTANCE_TYPES, family
+from gennstack.serving.fit import layout as serving_layout
 
 # Root volumes of the EC2NodeClasses (constructs/node_pools.py _ROOT_VOLUME; a test keeps them equal):
 # (GiB, IOPS, MB/s) of gp3.
@@ -100,11 +101,18 @@ class Breakdown:
         return [p for items in self.groups.values() for i in items for p in i.prices]
 
 
-def replicas_per_node(generation: str, instance_type: str, gpus_per_replica: int = 1) -> int:
-    """Serving replicas one node holds: 1 on Neuron (a replica takes every device), GPUs // gpus_per_replica on g6e."""
-    if generation in ("inf2", "trn2"):
-        return 1
-    return INSTANCE_TYPES[instance_type].accelerators // gpus_per_replica
+# NeuronCores a replica's tensor-parallel ranks run on, per Neuron device: 2 per Inferentia2 chip,
+# 4 logical (LNC=2) per Trainium2 chip (gennstack/serving/config.py).
+CORES_PER_DEVICE = {"inf2": 2, "trn2": 4}
+
+
+def replicas_per_node(generation: str, instance_type: str, width: int = 1) -> int:
+    """Serving replicas one node holds. Neuron: 1 when its cores hold the ``width`` (TP degree) ranks, else 0 (a
+    replica takes every device of its node). g6e: GPUs // ``width`` (GPUs per replica)."""
+    devices = INSTANCE_TYPES[instance_type].accelerators
+    if generation in CORES_PER_DEVICE:
+        return 1 if devices * CORES_PER_DEVICE[generation] >= width else 0
+    return devices // width
 
 
 def serving_replicas(config: GenNStackConfig, generation: str) -> tuple[int, int]:
@@ -119,10 +127,10 @@ def serving_replicas(config: GenNStackConfig, generation: str) -> tuple[int, int
 def candidate_layouts(config: GenNStackConfig, generation: str) -> list[NodeLayout]:
     """One layout per allowed instance type that holds at least one replica."""
     replicas, spares = serving_replicas(config, generation)
-    gpus = config.serving.g6e.gpus_per_replica
+    width = serving_layout(generation, config.serving).tensor_parallel_size
     layouts = []
     for instance_type in getattr(config.generations, generation).instance_types:
-        per_node = replicas_per_node(generation, instance_type, gpus)
+        per_node = replicas_per_node(generation, instance_type, width)
         if per_node:
             layouts.append(NodeLayout(instance_type, per_node, replicas, spares))
     return layouts
