@@ -132,3 +132,25 @@ def test_layouts_compare_packing_and_tensor_parallel_with_a_measured_row(tmp_pat
     assert rows[("g6e.xlarge", 1)]["measured"] is None
     code, text, _ = run(["cost", "layouts", "--generation", "g6e", "--replicas", "8", "--bench", str(path)])
     assert "per 1M output tokens at c=" in text
+
+
+def test_inf2_layouts_leave_out_a_size_too_small_for_the_tp_degree() -> None:
+    code, out, _ = run(["cost", "layouts", "--generation", "inf2", "--json"])
+    assert code == 0
+    assert [(r["instance_type"], r["accelerators_per_replica"], r["nodes"]) for r in json.loads(out)] == [("inf2.48xlarge", 24, 1)]
+
+
+def test_layouts_without_any_price_is_an_error() -> None:
+    code, _, err = run(["cost", "layouts", "--generation", "trn2"])
+    assert code == 2
+    assert err.strip() == ("gennstack cost layouts: generation trn2: no layout of its family has a price in us-east-1; "
+                           "give one with --price TYPE=USD")
+
+
+def test_readme_lists_the_iam_actions_cost_live_uses() -> None:
+    from gennstack.cost import live
+    from tests.support import ROOT
+
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## What it costs", 1)[1].split("\n## ", 1)[0]
+    for action in live.ACTIONS.values():
+        assert f"`{action}`" in section, action

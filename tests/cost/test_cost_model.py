@@ -125,3 +125,14 @@ def test_root_volumes_are_the_node_classes() -> None:
     assert {k: (int(v["volumeSize"].removesuffix("Gi")), v["iops"], v["throughput"]) for k, v in node_pools._ROOT_VOLUME.items()} \
         == ROOT_VOLUMES
     assert cluster.SYSTEM_ROOT_VOLUME_GIB == SYSTEM_ROOT_VOLUME_GIB
+
+
+def test_a_neuron_replica_needs_a_node_with_cores_for_its_tp_degree() -> None:
+    """inf2.24xlarge: 6 chips x 2 = 12 NeuronCores, too few for TP 24; trn2.48xlarge: 16 x 4 logical = 64 cores."""
+    from gennstack.cost.model import replicas_per_node
+
+    assert replicas_per_node("inf2", "inf2.24xlarge", 24) == 0
+    assert replicas_per_node("inf2", "inf2.24xlarge", 12) == 1
+    assert replicas_per_node("inf2", "inf2.48xlarge", 24) == 1
+    assert replicas_per_node("trn2", "trn2.48xlarge", 64) == 1
+    assert replicas_per_node("g6e", "g6e.48xlarge", 2) == 4
