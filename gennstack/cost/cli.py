@@ -168,7 +168,7 @@ def run_tokens(args: argparse.Namespace, *, now: datetime | None = None, stdout:
                            "levels": rows} for r, lay, p, rows in docs], indent=2), file=out)
         return 0
     for result, layout, prices, rows in docs:
-        print("\n".join(report.token_lines(result["_path"], rows, prices, layout.describe())), file=out)
+        print("\n".join(report.token_lines(result["_path"], rows, prices, layout.describe(), today)), file=out)
     return 0
 
 
@@ -181,9 +181,19 @@ def run_layouts(args: argparse.Namespace, *, now: datetime | None = None, stdout
     try:
         config = _config(args)
         region = args.region or config.region or DEFAULT_REGION
-        rows = compare_layouts(config, args.generation, _table(args, region, today), replicas=args.replicas, bench=args.bench)
+        table = _table(args, region, today)
+        rows = compare_layouts(config, args.generation, table, replicas=args.replicas, bench=args.bench)
     except (ConfigError, PriceError, CostInputError) as exc:
         print(f"gennstack cost layouts: {exc}", file=err)
         return 2
-    print(json.dumps(rows, indent=2) if args.json else "\n".join(layout_lines(args.generation, region, rows)), file=out)
+    if args.json:
+        print(json.dumps(rows, indent=2), file=out)
+        return 0
+    from gennstack.cost.report import age_note
+
+    as_of = min(table.on_demand_price(r["instance_type"]).as_of for r in rows)
+    lines = layout_lines(args.generation, region, rows)
+    lines.append(f"{region} prices as of {as_of.isoformat()}{age_note(as_of, today)}"
+                 + ("" if table.spot_by_zone else f"; spot is an estimate: {table.spot_discount:.0%} off on-demand"))
+    print("\n".join(lines), file=out)
     return 0

@@ -93,7 +93,8 @@ def layout_lines(generation: str, region: str, rows: list[dict[str, Any]]) -> li
              f"  {'instance type':<14} {unit:>4} {'per node':>8} {'nodes':>5} {'idle':>4} {spot_head + ' $/h':>20} {'on-demand $/h':>14}  measured"]
     for r in rows:
         measured = r["measured"]
-        m = (f"{money(measured['usd_per_m_output_spot'] or 0)}-{money(measured['usd_per_m_output_on_demand'])} per 1M output tokens "
+        m = (f"{spot_head} {money(measured['usd_per_m_output_spot'] or 0)} / on-demand {money(measured['usd_per_m_output_on_demand'])} "
+             "per 1M output tokens "
              f"at c={measured['concurrency']} ({measured['user_output_tokens_per_s'] or 0:,.1f} tok/s per user)") if measured else "–"
         lines.append(f"{'*' if r['allowed_by_config'] else ' '} {r['instance_type']:<14} {r['accelerators_per_replica']:>4} "
                      f"{r['replicas_per_node']:>8} {r['nodes']:>5} {r['idle_slots']:>4} {money(r['spot_usd_per_hour']):>20} "

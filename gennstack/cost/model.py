@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from gennstack.config import GenNStackConfig
 from gennstack.cost.prices import HOURS_PER_MONTH, Price, PriceError, PriceTable
-from gennstack.instances import INSTANCE_TYPES, family
+from gennstack.instances import INSTANCE_TYPES, family, pool_limits
 from gennstack.serving.fit import layout as serving_layout
 
 # Root volumes of the EC2NodeClasses (constructs/node_pools.py _ROOT_VOLUME; a test keeps them equal):
@@ -216,12 +216,53 @@ def hourly_cost(config: GenNStackConfig, table: PriceTable) -> Breakdown:
             continue
         breakdown.layouts[name] = layout
         breakdown.groups[name] = items
+        top = ceiling(config, name, table)
+        if top is not None:
+            pools = "spot and on-demand pools" if top.pools == 2 else "the spot pool"
+            breakdown.notes.append(
+                f"ceiling {name}: its NodePool limits (max_nodes {config.generations.enabled()[name].max_nodes}) allow "
+                f"{top.nodes_per_pool} x {top.instance_type} per pool, {top.on_demand_usd_per_hour_per_pool:,.2f} $/h at "
+                f"on-demand each; {pools}: at most {top.on_demand_usd_per_hour:,.2f} $/h")
         if gen.capacity_reservation_ids:
             breakdown.notes.append(f"{name}: capacity reservations ({', '.join(gen.capacity_reservation_ids)}) bill at their own "
                                    "rate whether used or not; not included")
     breakdown.notes.append("not included: traffic (NAT and endpoint $/GB, NLCUs, data transfer), S3 storage and requests, "
                            "flow logs, CloudWatch, Lambda and DynamoDB requests, staging and compile Jobs while they run")
     return breakdown
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most a generation's NodePools can cost: each pool full of the type whose fill costs most."""
+
+    instance_type: str
+    nodes_per_pool: int
+    pools: int
+    on_demand_usd_per_hour_per_pool: float
+
+    @property
+    def on_demand_usd_per_hour(self) -> float:
+        return self.pools * self.on_demand_usd_per_hour_per_pool
+
+
+def ceiling(config: GenNStackConfig, generation: str, table: PriceTable) -> Ceiling | None:
+    """Worst case the NodePool limits allow (gennstack.instances.pool_limits, the same limits Karpenter enforces): per
+    priced type, the nodes that fit every limit, at on-demand; the spot pool and the on-demand fallback pool each have
+    their own limits, so both can fill. Reserved pools bill at their reservation's rate and are left out."""
+    gen = getattr(config.generations, generation)
+    limits = pool_limits(gen.instance_types, gen.max_nodes)
+    best = None
+    for instance_type in gen.instance_types:
+        spec = INSTANCE_TYPES[instance_type]
+        nodes = min(limits["cpu"] // spec.vcpu, limits["memory_gib"] // spec.memory_gib,
+                    limits[spec.accelerator_resource] // spec.accelerators)
+        try:
+            usd = nodes * table.on_demand_price(instance_type).usd
+        except PriceError:
+            continue
+        if best is None or usd > best.on_demand_usd_per_hour_per_pool:
+            best = Ceiling(instance_type, nodes, 1 + gen.on_demand_fallback, usd)
+    return best
 
 
 def per_million(usd_per_hour: float, tokens_per_s: float) -> float:

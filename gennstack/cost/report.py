@@ -134,8 +134,17 @@ def markdown(breakdown: Breakdown, table: PriceTable) -> str:
     return "\n".join(text)
 
 
-def token_lines(label: str, rows: list[dict[str, Any]], prices: Any, describe: str) -> list[str]:
-    lines = [f"{label}: {describe}; {prices.source}"]
+def age_note(as_of: date | None, today: date | None) -> str:
+    """`` (147 days old: STALE ...)`` for a table price, empty without one."""
+    if as_of is None or today is None:
+        return ""
+    age = (today - as_of).days
+    return f" ({age} days old" + (f": STALE, older than {STALE_AFTER_DAYS} days; check them or run gennstack cost --live)"
+                                  if age > STALE_AFTER_DAYS else ")")
+
+
+def token_lines(label: str, rows: list[dict[str, Any]], prices: Any, describe: str, today: date | None = None) -> list[str]:
+    lines = [f"{label}: {describe}; {prices.source}{age_note(prices.as_of, today)}"]
     columns = [("recorded", "recorded"), ("spot", prices.spot_label or "spot"), ("on_demand", "on-demand")]
     present = [(key, name) for key, name in columns if rows and rows[0][f"usd_per_hour_{key}"] is not None]
     header = f"  {'conc.':>5} {'user tok/s':>10} {'agg tok/s':>10}" + "".join(f" | {name} $/h, $/1M out, $/1M total" for _, name in present)

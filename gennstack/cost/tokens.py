@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
+from datetime import date
 from typing import Any
 
 from gennstack.cost.prices import PriceError, PriceTable, load_table
@@ -86,6 +87,8 @@ class HourlyPrices:
     on_demand: float | None
     spot_label: str
     source: str
+    # Date of the table prices used (None for --hourly-price alone).
+    as_of: date | None = None
 
 
 def fleet_prices(layout: BenchLayout, table: PriceTable | None = None) -> HourlyPrices:
@@ -109,7 +112,7 @@ def fleet_prices(layout: BenchLayout, table: PriceTable | None = None) -> Hourly
         return HourlyPrices(recorded, None, None, "", "--hourly-price")
     label = "spot (observed)" if spot.kind == "observed" else f"spot (estimate: {table.spot_discount:.0%} off on-demand)"
     return HourlyPrices(recorded, spot.usd * layout.nodes, od.usd * layout.nodes, label,
-                        f"{table.region} prices as of {od.as_of.isoformat()}")
+                        f"{table.region} prices as of {od.as_of.isoformat()}", od.as_of)
 
 
 def _total_factor(level: dict) -> float | None:

@@ -93,6 +93,17 @@ def test_tokens_reads_the_recorded_layout_and_the_recorded_price_wins(tmp_path: 
     assert code == 0
     assert "4 replica(s) on 4 x g6e.xlarge, spot, $0.7/node-hour as recorded" in out
     assert "recorded $/h, $/1M out, $/1M total" in out and "$2.80" in out
+    # g6e.xlarge priced from no table here (no region): only the recorded price, so no table date either
+    assert "us-east-1 prices as of" not in out
+
+
+def test_tokens_text_flags_the_table_price_age(tmp_path: Path) -> None:
+    path = write_result(tmp_path / "run", ttft=0.1, itl=0.02, levels=(8,))
+    code, out, _ = run(["cost", "tokens", str(path), "--instance-type", "g6e.12xlarge", "--replicas", "8", "--region", "us-east-1"])
+    assert code == 0
+    assert out.splitlines()[0].endswith("; us-east-1 prices as of 2026-07-06 (147 days old: STALE, older than 90 days; "
+                                        "check them or run gennstack cost --live)")
+    assert "spot (estimate: 60% off on-demand) $/h, $/1M out, $/1M total" in out
 
 
 @pytest.mark.parametrize(("layout", "flags", "message"), [

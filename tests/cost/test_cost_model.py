@@ -136,3 +136,19 @@ def test_a_neuron_replica_needs_a_node_with_cores_for_its_tp_degree() -> None:
     assert replicas_per_node("inf2", "inf2.48xlarge", 24) == 1
     assert replicas_per_node("trn2", "trn2.48xlarge", 64) == 1
     assert replicas_per_node("g6e", "g6e.48xlarge", 2) == 4
+
+
+def test_ceiling_is_the_costliest_fill_of_the_nodepool_limits() -> None:
+    """g6e defaults: max_nodes 8 of the largest type -> limits 384 vCPU, 3,072 GiB, 32 GPUs. Nodes that fit every limit:
+    xlarge min(96, 96, 32) = 32 x 1.861 = 59.55; 2xlarge 32 x 2.24208 = 71.75; 4xlarge min(24, 24, 32) = 24 x 3.00424
+    = 72.10; 8xlarge 12 x 4.52856 = 54.34; 12xlarge min(8, 8, 8) = 8 x 10.49264 = 83.94 -> the ceiling, x 2 pools
+    (spot and on-demand fallback) = 167.88 $/h. Without fallback, one pool."""
+    from gennstack.cost.model import ceiling
+
+    top = ceiling(config(), "g6e", TABLE)
+    assert (top.instance_type, top.nodes_per_pool, top.pools) == ("g6e.12xlarge", 8, 2)
+    assert top.on_demand_usd_per_hour == pytest.approx(167.88224)
+    assert ceiling(config({"generations": {"g6e": {"on_demand_fallback": False}}}), "g6e", TABLE).pools == 1
+    assert ceiling(config(), "trn2", TABLE) is None  # no price
+    assert any(n.startswith("ceiling inf2: its NodePool limits (max_nodes 4) allow 4 x inf2.48xlarge per pool, 51.93 $/h")
+               for n in hourly_cost(config(), TABLE).notes)
