@@ -159,3 +159,23 @@ def test_parse_on_demand_reads_the_hourly_rate() -> None:
     item = event("pricing.get_products.g6e.12xlarge")["PriceList"][0]
     usd, effective = live.parse_on_demand(item)
     assert usd == 10.49264 and effective.isoformat() == "2026-11-01"
+
+
+def test_live_in_a_region_the_bundled_table_lacks_keeps_us_east_1_service_prices_and_says_so(tmp_path: Path) -> None:
+    types = ["g6e.xlarge", "m7i.large", "m7i.xlarge"]
+    stubs = Stubs("us-east-2")
+    for instance_type in types:
+        stubs.stubbers["pricing"].add_response("get_products", event(f"pricing.get_products.{instance_type}.us-east-2"), {
+            "ServiceCode": "AmazonEC2", "Filters": live.on_demand_filters(instance_type, "us-east-2"),
+            "FormatVersion": "aws_v1", "MaxResults": 100})
+    stubs.stubbers["ec2"].add_response("describe_spot_price_history", event("ec2.describe_spot_price_history.us-east-2"),
+                                       {"InstanceTypes": types, "ProductDescriptions": ["Linux/UNIX"], "StartTime": NOW})
+    config = {"region": "us-east-2", "generations": {"inf2": {"enabled": False}, "trn2": {"enabled": False},
+                                                     "g6e": {"instance_types": ["g6e.xlarge"]}}}
+    code, out, err = run(args(tmp_path, config), stubs)
+    stubs.done()
+    assert code == 0, err
+    assert out.splitlines()[0] == "GenNStack cost per hour in us-east-2: what runs all the time"
+    assert ("service prices (EKS, NAT, endpoints, NLB, EBS) are the bundled us-east-1 ones: the bundled table has none "
+            "for us-east-2 and --live refreshes only EC2") in out.splitlines()
+    assert "  g6e.xlarge: us-east-2a $0.6512 (65% off), us-east-2b $0.7034 (62% off); cheapest us-east-2a" in out.splitlines()
