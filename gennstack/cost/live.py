@@ -147,7 +147,8 @@ def live_table(region: str, instance_types: list[str], zones: list[str] | None, 
     sources = {**base.sources, LIVE_SOURCE: {"title": "AWS Price List API (GetProducts) and EC2 DescribeSpotPriceHistory",
                                              "url": "https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html",
                                              "date": now.date().isoformat()}}
-    return replace(base, region=region, on_demand=on_demand, spot_by_zone=spot, sources=sources), notes
+    return replace(base, region=region, on_demand=on_demand, spot_by_zone=spot, sources=sources,
+                   origin="AWS Price List API's answer (--live)"), notes
 
 
 def spot_zones_lines(table: PriceTable) -> list[str]:

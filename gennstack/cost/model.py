@@ -276,7 +276,7 @@ def node_layouts(generation: str, instance_types: list[str], gpu_options: list[i
     """(gpus_per_replica, layout) for every type of ``generation``'s family and GPU count that fits on it."""
     out = []
     for instance_type in instance_types:
-        if family(instance_type) != {"inf2": "inf2", "trn2": "trn2", "g6e": "g6e"}[generation]:
+        if family(instance_type) != generation:  # generations are named after their instance family
             continue
         for gpus in gpu_options:
             per_node = replicas_per_node(generation, instance_type, gpus)

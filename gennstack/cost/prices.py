@@ -63,13 +63,14 @@ class PriceTable:
     # Observed spot prices (--live), per instance type then zone; empty offline.
     spot_by_zone: dict[str, dict[str, Price]] = field(default_factory=dict)
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Where the on-demand prices came from, for messages.
+    origin: str = "bundled table (gennstack/cost/prices.json)"
 
     def on_demand_price(self, instance_type: str) -> Price:
         price = self.on_demand.get(instance_type)
         if price is None:
             raise PriceError(
-                f"instance type {instance_type!r}: no on-demand price for region {self.region} in the "
-                f"{'live Price List response' if self.spot_by_zone else 'bundled table (gennstack/cost/prices.json)'}; "
+                f"instance type {instance_type!r}: no on-demand price for region {self.region} in the {self.origin}; "
                 f"priced types: {sorted(self.on_demand)}; give one with --price {instance_type}=USD_PER_HOUR"
             )
         return price
