@@ -38,8 +38,8 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     # The hourly range per generation and in total (gennstack.cost; the figures are checked by hand in tests/cost).
     assert "  Cost inf2: $5.61-$13.40/h, 1 x inf2.48xlarge" in text.splitlines()
     assert "  Cost g6e: $1.61-$3.85/h, 2 x g6e.xlarge" in text.splitlines()
-    assert ("  Cost trn2: not priced (no on-demand price for trn2.48xlarge in us-east-1; give one with --price TYPE=USD)"
-            in text.splitlines())
+    assert ("  Cost trn2: not priced (no on-demand price for trn2.48xlarge in us-east-1; "
+            "price it with `gennstack cost --price trn2.48xlarge=USD_PER_HOUR`)") in text.splitlines()
     assert ("  Cost per hour: $7.78-$17.80 (spot (estimate: 60% off on-demand) to on-demand), always-on, us-east-1 "
             "(no region in config) list prices as of 2026-07-06; details: gennstack cost") in text.splitlines()
     # The defaults leave nobody able to reach the cluster and the zones to Fn::GetAZs: both said.

@@ -212,7 +212,8 @@ def hourly_cost(config: GenNStackConfig, table: PriceTable) -> Breakdown:
         if layout is None:
             types = ", ".join(gen.instance_types)
             breakdown.unpriced.append((f"generation {name} ({types})",
-                                       f"no on-demand price for {types} in {table.region}; give one with --price TYPE=USD"))
+                                       f"no on-demand price for {types} in {table.region}; price it with "
+                                       f"`gennstack cost --price {gen.instance_types[0]}=USD_PER_HOUR`"))
             continue
         breakdown.layouts[name] = layout
         breakdown.groups[name] = items

@@ -51,7 +51,8 @@ def test_generations_of_the_default_config() -> None:
     assert b.total("g6e") == pytest.approx((2 * 1.861 * 0.4 + 2 * 46 / 730, 2 * 1.861 + 2 * 46 / 730))
     assert "trn2" not in b.groups
     assert b.unpriced == [("generation trn2 (trn2.48xlarge)",
-                           "no on-demand price for trn2.48xlarge in us-east-1; give one with --price TYPE=USD")]
+                           "no on-demand price for trn2.48xlarge in us-east-1; "
+                           "price it with `gennstack cost --price trn2.48xlarge=USD_PER_HOUR`")]
 
 
 def test_one_gpu_replicas_pack_onto_a_four_gpu_node_with_warm_spares() -> None:
