@@ -1,9 +1,12 @@
 """``gennstack cost --live``: today's prices from AWS, read-only.
 
 * On-demand: the AWS Price List API (``pricing:GetProducts``, service ``AmazonEC2``), one query per
-  instance type for Linux, shared tenancy, no pre-installed software, ``capacitystatus`` Used: the
-  filters that select the plain on-demand hourly rate. The API answers from us-east-1 for every
-  region (its endpoints are us-east-1, eu-central-1 and ap-south-1).
+  instance type with the filters Karpenter v1.14.1 uses for the same purpose
+  (``pkg/providers/pricing/pricing.go``, ``fetchOnDemandPricing`` with its shared-tenancy filters:
+  regionCode, serviceCode, preInstalledSw NA, operatingSystem Linux, capacitystatus Used,
+  marketoption OnDemand, tenancy Shared, productFamily "Compute Instance") plus ``instanceType``.
+  Like Karpenter's ``onDemandPage``, price dimensions of 0 are skipped. The API answers from
+  us-east-1 for every region (its endpoints are us-east-1, eu-central-1 and ap-south-1).
 * Spot: ``ec2:DescribeSpotPriceHistory`` in the configured region with ``StartTime`` now, which
   returns each zone's current price (``Linux/UNIX``), limited to the configured zones when the config
   names them.
@@ -45,21 +48,25 @@ def session_clients(session: Any, region: str) -> ClientFactory:
 
 
 def on_demand_filters(instance_type: str, region: str) -> list[dict[str, str]]:
-    fields = {"instanceType": instance_type, "regionCode": region, "operatingSystem": "Linux", "tenancy": "Shared",
-              "preInstalledSw": "NA", "capacitystatus": "Used", "licenseModel": "No License required"}
+    fields = {"instanceType": instance_type, "regionCode": region, "serviceCode": "AmazonEC2", "preInstalledSw": "NA",
+              "operatingSystem": "Linux", "capacitystatus": "Used", "marketoption": "OnDemand", "tenancy": "Shared",
+              "productFamily": "Compute Instance"}
     return [{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in fields.items()]
 
 
-def parse_on_demand(item: str) -> tuple[float, date]:
-    """(dollars per hour, effective date) of one Price List product (a JSON string) with one on-demand hourly rate."""
+def parse_on_demand(item: str) -> tuple[float, date] | None:
+    """(dollars per hour, effective date) of one Price List product (a JSON string); None when it has no non-zero hourly rate."""
     product = json.loads(item)
-    rates = [(dim["pricePerUnit"]["USD"], term["effectiveDate"])
-             for term in product["terms"]["OnDemand"].values() for dim in term["priceDimensions"].values()
-             if dim.get("unit") == "Hrs"]
-    if len(rates) != 1:
-        raise LiveError(f"Price List product {product['product'].get('sku')}: expected one hourly on-demand rate, got {len(rates)}")
-    usd, effective = rates[0]
-    return float(usd), datetime.fromisoformat(effective.replace("Z", "+00:00")).date()
+    rates = {(float(dim["pricePerUnit"]["USD"]), term["effectiveDate"])
+             for term in product["terms"].get("OnDemand", {}).values() for dim in term["priceDimensions"].values()
+             if dim.get("unit") == "Hrs" and float(dim["pricePerUnit"].get("USD", 0)) > 0}
+    if not rates:
+        return None
+    if len(rates) > 1:
+        raise LiveError(f"--live: Price List product {product['product'].get('sku')} has {len(rates)} hourly on-demand rates: "
+                        f"{sorted(r[0] for r in rates)}")
+    usd, effective = rates.pop()
+    return usd, datetime.fromisoformat(effective.replace("Z", "+00:00")).date()
 
 
 def _call(what: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
@@ -94,10 +101,12 @@ def fetch_on_demand(pricing: Any, instance_types: list[str], region: str) -> dic
             token = page.get("NextToken")
             if not token:
                 break
-        if len(items) > 1:
-            raise LiveError(f"--live: the Price List returned {len(items)} products for {instance_type} in {region}; expected one")
-        if items:
-            usd, effective = parse_on_demand(items[0])
+        rates = {rate for rate in map(parse_on_demand, items) if rate is not None}
+        if len({usd for usd, _ in rates}) > 1:
+            raise LiveError(f"--live: the Price List has {len(rates)} different on-demand prices for {instance_type} in {region}: "
+                            f"{sorted(usd for usd, _ in rates)}")
+        if rates:
+            usd, effective = max(rates, key=lambda rate: rate[1])
             prices[instance_type] = Price(usd, LIVE_SOURCE, effective, True, "list")
     return prices
 

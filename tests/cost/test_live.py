@@ -179,3 +179,24 @@ def test_live_in_a_region_the_bundled_table_lacks_keeps_us_east_1_service_prices
     assert ("service prices (EKS, NAT, endpoints, NLB, EBS) are the bundled us-east-1 ones: the bundled table has none "
             "for us-east-2 and --live refreshes only EC2") in out.splitlines()
     assert "  g6e.xlarge: us-east-2a $0.6512 (65% off), us-east-2b $0.7034 (62% off); cheapest us-east-2a" in out.splitlines()
+
+
+def test_on_demand_filters_are_karpenters() -> None:
+    """Karpenter v1.14.1 pkg/providers/pricing/pricing.go: fetchOnDemandPricing filters (all TERM_MATCH) regionCode,
+    serviceCode AmazonEC2, preInstalledSw NA, operatingSystem Linux, capacitystatus Used, marketoption OnDemand, and
+    UpdateOnDemandPricing adds tenancy Shared and productFamily "Compute Instance" for non-metal instances. GenNStack
+    asks one type at a time, so it adds instanceType."""
+    assert live.on_demand_filters("g6e.xlarge", "us-east-2") == [
+        {"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in (
+            ("instanceType", "g6e.xlarge"), ("regionCode", "us-east-2"), ("serviceCode", "AmazonEC2"), ("preInstalledSw", "NA"),
+            ("operatingSystem", "Linux"), ("capacitystatus", "Used"), ("marketoption", "OnDemand"), ("tenancy", "Shared"),
+            ("productFamily", "Compute Instance"))]
+
+
+def test_zero_price_dimensions_are_skipped_like_karpenters() -> None:
+    """Karpenter v1.14.1 onDemandPage skips a dimension whose price is 0 or unparsable."""
+    product = json.loads(event("pricing.get_products.g6e.xlarge")["PriceList"][0])
+    for term in product["terms"]["OnDemand"].values():
+        for dim in term["priceDimensions"].values():
+            dim["pricePerUnit"]["USD"] = "0.0000000000"
+    assert live.parse_on_demand(json.dumps(product)) is None
