@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from bench_results_factory import write_result  # noqa: E402
-
-from gennstack.cli import build_parser  # noqa: E402
+from gennstack.cli import build_parser
+from tests.bench.bench_results_factory import write_result
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 

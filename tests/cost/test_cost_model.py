@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from gennstack.config import load_config
 from gennstack.cost.model import ROOT_VOLUMES, SYSTEM_ROOT_VOLUME_GIB, hourly_cost, per_million
 from gennstack.cost.prices import load_table
 from gennstack.cost.report import seed_baseline
 from tests.support import _merged_defaults
-
-from gennstack.config import load_config
 
 TABLE = load_table("us-east-1")
 
