@@ -10,6 +10,8 @@ examples:
   gennstack cost --config prod.yaml --live         # today's prices, per-zone spot
   gennstack cost tokens bench-results/run-1 --instance-type g6e.12xlarge --replicas 8 --capacity-type spot --region us-east-1
   gennstack cost layouts --generation g6e          # which instance types and GPUs per replica cost what
+
+A subcommand's flags go after its name (`gennstack cost layouts --config prod.yaml ...`).
 """
 
 from __future__ import annotations
@@ -73,8 +75,8 @@ def register(subparsers: Any) -> None:
     layouts.add_argument("--replicas", type=int, help="replicas to place (default: the config's)")
     layouts.add_argument("--bench", action="append", default=[], metavar="RESULT",
                          help="a bench result whose recorded layout matches a row: adds its measured $/1M output tokens")
-    layouts.add_argument("--config", metavar="PATH", help=argparse.SUPPRESS)
-    layouts.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help=argparse.SUPPRESS)
+    layouts.add_argument("--config", metavar="PATH", help="config file deep-merged over cdk.json, as `-c config=PATH`")
+    layouts.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help="cdk.json to read (default: %(default)s)")
     _common(layouts)
     layouts.set_defaults(func=run_layouts)
 
