@@ -21,6 +21,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "bench": "gennstack.bench.cli",
     "gateway": "gennstack.gateway.cli",
     "preflight": "gennstack.preflight.cli",
+    "cost": "gennstack.cost.cli",
 }
 
 

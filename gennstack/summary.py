@@ -172,7 +172,40 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         if has_serving_chart and capacity:
             lines.append(f"    Memory: {capacity}")
     if config:
+        lines.extend(cost_lines(config))
         lines.extend(f"  WARNING: {warning}" for warning in config_warnings(config))
+    return lines
+
+
+def cost_lines(recorded: dict[str, Any]) -> list[str]:
+    """The hourly range per generation and in total (gennstack.cost), from the recorded config and the bundled prices."""
+    from gennstack.config import GenNStackConfig
+    from gennstack.config_base import frozen
+    from gennstack.cost.model import hourly_cost
+    from gennstack.cost.prices import DEFAULT_REGION, PriceError, load_table
+    from gennstack.cost.report import money, spot_label
+
+    try:
+        # CloudFormation metadata holds floats as strings: lax validation turns them back.
+        config = GenNStackConfig.model_validate(frozen(recorded), strict=False)
+    except ValueError as exc:
+        return [f"  Cost: not computed (the recorded config does not load: {str(exc).splitlines()[0]})"]
+    region = config.region or DEFAULT_REGION
+    try:
+        table = load_table(region)
+    except PriceError:
+        return [f"  Cost: no bundled prices for {region}: run `gennstack cost --live`"]
+    breakdown = hourly_cost(config, table)
+    lines = []
+    for name, layout in breakdown.layouts.items():
+        spot, od = breakdown.total(name)
+        lines.append(f"  Cost {name}: {money(spot)}-{money(od)}/h, {layout.nodes} x {layout.instance_type}")
+    lines.extend(f"  Cost {what.split(' ')[1]}: not priced ({why})" for what, why in breakdown.unpriced)
+    spot, od = breakdown.total()
+    where = region if config.region else f"{region} (no region in config)"
+    prices_date = table.on_demand_price(next(iter(breakdown.layouts.values())).instance_type).as_of if breakdown.layouts else table.oldest()
+    lines.append(f"  Cost per hour: {money(spot)}-{money(od)} ({spot_label(table)} to on-demand), always-on, {where} "
+                 f"list prices as of {prices_date.isoformat()}; details: gennstack cost")
     return lines
 
 

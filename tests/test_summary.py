@@ -35,6 +35,13 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct, llama-4-maverick" in text
     assert "alias gennstack-default: gpt-oss-20b w80 p0, llama-4-maverick w20 p0, llama-3-70b-instruct w1 p1" in text
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
+    # The hourly range per generation and in total (gennstack.cost; the figures are checked by hand in tests/cost).
+    assert "  Cost inf2: $5.61-$13.40/h, 1 x inf2.48xlarge" in text.splitlines()
+    assert "  Cost g6e: $1.61-$3.85/h, 2 x g6e.xlarge" in text.splitlines()
+    assert ("  Cost trn2: not priced (no on-demand price for trn2.48xlarge in us-east-1; "
+            "price it with `gennstack cost --price trn2.48xlarge=USD_PER_HOUR`)") in text.splitlines()
+    assert ("  Cost per hour: $7.78-$17.80 (spot (estimate: 60% off on-demand) to on-demand), always-on, us-east-1 "
+            "(no region in config) list prices as of 2026-07-06; details: gennstack cost") in text.splitlines()
     # The defaults leave nobody able to reach the cluster and the zones to Fn::GetAZs: both said.
     assert f"  WARNING: {NO_ADMIN}" in text
     assert f"  WARNING: {ZONES_BY_GETAZS}" in text
@@ -70,6 +77,8 @@ def test_summary_of_variant(synth_variant: Synth) -> None:
     assert "NodePool gen2-trn2" not in text
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct\n" in text + "\n"
     assert "endpoint public from 203.0.113.0/24 + private" in text
+    # eu-west-1 has no bundled prices: said, not guessed.
+    assert "  Cost: no bundled prices for eu-west-1: run `gennstack cost --live`" in text.splitlines()
     # An admin role and zones are set; the revisions are still branches (trn2 is disabled).
     assert [line for line in text.splitlines() if "WARNING" in line] == [
         f"  WARNING: {unpinned_revision(g, 'main')}" for g in ("inf2", "g6e")

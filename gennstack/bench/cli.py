@@ -61,6 +61,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, for_demo: bool = False
     parser.add_argument("--seed", type=int, default=0, help="seed for prompts and sampled lengths (default: %(default)s)")
     parser.add_argument("--upload", metavar="S3_URI", help="after the run, copy the output directory to s3://BUCKET/PREFIX/<dir name>/")
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (still prints the summary)")
+    layout = parser.add_argument_group("layout of the target (recorded in result.json; the report then shows $ per 1M tokens)")
+    layout.add_argument("--instance-type", help="node type serving the endpoint, e.g. g6e.12xlarge")
+    layout.add_argument("--replicas", type=int, help="model-server replicas behind the endpoint")
+    layout.add_argument("--replicas-per-node", type=int, help="replicas sharing one node (default: 1)")
+    layout.add_argument("--capacity-type", help="spot, on-demand or reserved")
+    layout.add_argument("--hourly-price", type=float, help="$ per node-hour paid (else the bundled price table of --region)")
+    layout.add_argument("--region", help="region whose bundled prices price --instance-type")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -125,18 +132,33 @@ def config_from_args(args: argparse.Namespace, *, base_url: str, model: str, api
     )
 
 
+def layout_from_args(args: argparse.Namespace):
+    """The target's layout from the --instance-type ... flags, or None when none was given."""
+    from gennstack.cost.tokens import BenchLayout, CostInputError
+
+    given = {"instance_type": args.instance_type, "replicas": args.replicas, "replicas_per_node": args.replicas_per_node,
+             "capacity_type": args.capacity_type, "hourly_price": args.hourly_price, "region": args.region}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return None
+    try:
+        return BenchLayout(**given)
+    except CostInputError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def default_output_dir(model: str, now: datetime) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-") or "model"
     return Path("bench-results") / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{slug}"
 
 
 def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str], progress: bool = True,
-            upload: str | None = None, console=None) -> tuple[int, dict, Path]:
+            upload: str | None = None, console=None, layout=None) -> tuple[int, dict, Path]:
     """Run every level, write all outputs, print the summary. Returns (exit code, result, dir)."""
     from rich.console import Console
 
     from gennstack.bench import llmperf, report
-    from gennstack.bench.console import LevelProgress, failures_table, summary_tables
+    from gennstack.bench.console import LevelProgress, cost_table, failures_table, summary_tables
     from gennstack.bench.metrics import summarize_level
     from gennstack.bench.results import REPORT_FILE, REQUESTS_FILE, RESULT_FILE, build_result, write_requests_csv, write_result
     from gennstack.bench.runner import run_level
@@ -155,7 +177,7 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
         runs.append(run)
         levels.append(summarize_level(run))
         llmperf.write(run, config, output_dir / "llmperf" / f"concurrency-{concurrency}")
-    result = build_result(config, levels, command=command, started_at=started)
+    result = build_result(config, levels, command=command, started_at=started, layout=layout)
     write_result(result, output_dir / RESULT_FILE)
     write_requests_csv(runs, output_dir / REQUESTS_FILE)
     result["_label"] = output_dir.name
@@ -164,6 +186,13 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
     console.print(f"[bold]gennstack bench[/bold] · {config.model} · {config.chat_url}")
     for table in summary_tables(levels, title="results"):
         console.print(table)
+    from gennstack.cost.tokens import report_costs
+
+    costs = report_costs(result)
+    if isinstance(costs, str):
+        console.print(f"$ per 1M tokens: {costs}")
+    else:
+        console.print(cost_table(*costs))
     failures = failures_table(levels)
     if failures is not None:
         console.print(failures)
@@ -189,6 +218,7 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     try:
         config = config_from_args(args, base_url=args.base_url, model=args.model, api_key=api_key)
+        layout = layout_from_args(args)
         if args.upload:
             from gennstack.bench.upload import parse_s3_uri
 
@@ -197,7 +227,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"gennstack bench: error: {exc}", file=sys.stderr)
         return 2
     code, _, _ = execute(config, output_dir=args.output_dir, command=["gennstack", *sys.argv[1:]],
-                         progress=not args.no_progress, upload=args.upload)
+                         progress=not args.no_progress, upload=args.upload, layout=layout)
     return code
 
 
@@ -216,6 +246,7 @@ def start_mock_server(extra_args: list[str]) -> tuple[subprocess.Popen, str]:
 def run_demo(args: argparse.Namespace) -> int:
     try:
         config_from_args(args, base_url="http://127.0.0.1/v1", model="mock-model", api_key=None)  # validate first
+        layout = layout_from_args(args)
     except ConfigError as exc:
         print(f"gennstack bench demo: error: {exc}", file=sys.stderr)
         return 2
@@ -224,7 +255,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args, base_url=base_url, model="mock-model", api_key=None)
         code, _, _ = execute(config, output_dir=args.output_dir, command=["gennstack", *sys.argv[1:]],
-                             progress=not args.no_progress, upload=args.upload)
+                             progress=not args.no_progress, upload=args.upload, layout=layout)
         return code
     finally:
         proc.terminate()

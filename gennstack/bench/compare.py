@@ -52,6 +52,8 @@ def _fmt(value, unit: str) -> str:
         return f"{value * 1000:,.1f} ms"
     if unit == "s":
         return f"{value:,.2f} s"
+    if unit == "$":
+        return f"${value:,.2f}"
     return f"{value:,.1f}" if isinstance(value, float) else str(value)
 
 
@@ -61,9 +63,27 @@ def delta(base, value) -> str:
     return f"{(value - base) / base * 100:+.1f}%"
 
 
+def _costs_by_level(result: dict) -> dict[int, dict]:
+    """Concurrency -> gennstack.cost.tokens row, for a result whose layout can be priced (else empty)."""
+    from gennstack.cost.tokens import report_costs
+
+    costs = report_costs(result)
+    return {} if isinstance(costs, str) else {row["concurrency"]: row for row in costs[0]}
+
+
+# (label, cost row key): compared like the other rows, lower is better; "–" where a run has no priced layout. Spot comes
+# from the bundled table here, so it is always the stated estimate (gennstack.cost.prices).
+COST_ROWS = (
+    ("$/1M output (recorded)", "usd_per_m_output_recorded"),
+    ("$/1M output (spot estimate)", "usd_per_m_output_spot"),
+    ("$/1M output (on-demand)", "usd_per_m_output_on_demand"),
+)
+
+
 def comparison_rows(results: list[dict]) -> list[dict]:
     """Rows as data (also what the tests check): level, metric, values per run, deltas."""
     levels = sorted({lvl["concurrency"] for r in results for lvl in r["levels"]})
+    costs = [_costs_by_level(r) for r in results]
     rows = []
     for c in levels:
         by_run = [next((lvl for lvl in r["levels"] if lvl["concurrency"] == c), None) for r in results]
@@ -73,6 +93,11 @@ def comparison_rows(results: list[dict]) -> list[dict]:
                 "concurrency": c, "metric": label, "unit": unit, "higher_is_better": higher, "values": values,
                 "deltas": [""] + [delta(values[0], v) for v in values[1:]],
             })
+        for label, key in COST_ROWS:
+            values = [cost.get(c, {}).get(key) for cost in costs]
+            if any(v is not None for v in values):
+                rows.append({"concurrency": c, "metric": label, "unit": "$", "higher_is_better": False, "values": values,
+                             "deltas": [""] + [delta(values[0], v) for v in values[1:]]})
     return rows
 
 

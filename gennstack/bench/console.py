@@ -107,3 +107,21 @@ def failures_table(levels: list[dict]) -> Table | None:
     for concurrency, cls, count in rows:
         table.add_row(str(concurrency), cls, str(count))
     return table
+
+
+def cost_table(rows: list[dict], prices) -> Table:
+    """$ per 1M output and total tokens per level, beside throughput (gennstack.cost.tokens rows)."""
+    table = Table(title=f"cost · {prices.source}", title_justify="left")
+    for name in ("conc.", "agg tok/s", "user tok/s"):
+        table.add_column(name, justify="right")
+    present = [(key, name) for key, name in (("recorded", "recorded"), ("spot", prices.spot_label), ("on_demand", "on-demand"))
+               if rows and rows[0][f"usd_per_hour_{key}"] is not None]
+    for _, name in present:
+        table.add_column(f"{name} $/1M out", justify="right")
+        table.add_column("$/1M total", justify="right")
+    for row in rows:
+        cells = [str(row["concurrency"]), _num(row["aggregate_output_tokens_per_s"]), _num(row["user_output_tokens_per_s"])]
+        for key, _ in present:
+            cells += [_num(row[f"usd_per_m_output_{key}"], 2), _num(row[f"usd_per_m_total_{key}"], 2)]
+        table.add_row(*cells)
+    return table

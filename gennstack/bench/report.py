@@ -102,6 +102,37 @@ def _aggregate_table(results: list[dict]) -> str:
     return f'<table class="aggregate">{head}{"".join(rows)}</table>'
 
 
+def _cost_table(results: list[dict]) -> str:
+    """$ per 1M output and total tokens beside throughput, per run and level (gennstack.cost.tokens)."""
+    from gennstack.cost.tokens import report_costs
+
+    parts = ['<h3>Cost per million tokens</h3><p class="note">Fleet $/hour divided by the tokens it delivered: '
+             "$/1M output = $/h / (aggregate output tok/s x 3600) x 10<sup>6</sup>; total tokens add each request's prompt "
+             "tokens. Spot from the bundled table is an estimate and says so.</p>"]
+    for i, result in enumerate(results):
+        costs = report_costs(result)
+        if isinstance(costs, str):
+            parts.append(f'<p class="note cost-missing">{escape(_label(result, i))}: {escape(costs)}</p>')
+            continue
+        rows, prices = costs
+        present = [(key, name) for key, name in (("recorded", "recorded"), ("spot", prices.spot_label), ("on_demand", "on-demand"))
+                   if rows[0][f"usd_per_hour_{key}"] is not None]
+        head = ("<tr><th>run</th><th>concurrency</th><th>aggregate tok/s</th><th>per-user tok/s</th>"
+                + "".join(f"<th>{escape(name)} $/h</th><th>$/1M output</th><th>$/1M total</th>" for _, name in present) + "</tr>")
+        body = []
+        for row in rows:
+            cells = (f"<td>{escape(_label(result, i))}</td><td>{row['concurrency']}</td>"
+                     f"<td>{row['aggregate_output_tokens_per_s']:,.1f}</td><td>{_v(row['user_output_tokens_per_s'])}</td>")
+            for key, _ in present:
+                total = row[f"usd_per_m_total_{key}"]
+                cells += (f"<td>{row[f'usd_per_hour_{key}']:,.2f}</td><td>{row[f'usd_per_m_output_{key}']:,.2f}</td>"
+                          f"<td>{'–' if total is None else f'{total:,.2f}'}</td>")
+            body.append(f"<tr>{cells}</tr>")
+        parts.append(f'<p class="note">{escape(_label(result, i))}: {escape(prices.source)}</p>'
+                     f'<div class="table-wrap"><table class="cost">{head}{"".join(body)}</table></div>')
+    return "".join(parts)
+
+
 def _vs_concurrency(results: list[dict], value, *, title: str, y_label: str, chart_id: str) -> str:
     series = []
     for i, result in enumerate(results):
@@ -202,7 +233,7 @@ def render(results: list[dict]) -> str:
         + _vs_concurrency(results, lambda lvl: lvl["requests_per_s"],
                           title="Requests/s vs concurrency", y_label="requests/s", chart_id="agg-rps-vs-concurrency")
         + _time_series_charts(results)
-        + "</div>" + _aggregate_table(results) + "</section>"
+        + "</div>" + _aggregate_table(results) + _cost_table(results) + "</section>"
     )
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -41,8 +41,10 @@ def redact_command(argv: list[str]) -> list[str]:
     return out
 
 
-def build_result(config: BenchConfig, levels: list[dict], *, command: list[str], started_at: datetime) -> dict:
-    return {
+def build_result(config: BenchConfig, levels: list[dict], *, command: list[str], started_at: datetime, layout=None) -> dict:
+    """The result file's content. ``layout`` (a :class:`gennstack.cost.tokens.BenchLayout`) is written only when
+    given, so files without it (and those written before it existed) load the same way."""
+    result = {
         "schema": SCHEMA,
         "tool": {"name": "gennstack bench", "version": __version__},
         "command": redact_command(command),
@@ -52,6 +54,9 @@ def build_result(config: BenchConfig, levels: list[dict], *, command: list[str],
         "settings": config.to_dict(),
         "levels": levels,
     }
+    if layout is not None:
+        result["layout"] = layout.to_dict()
+    return result
 
 
 def _fmt(value: float | None) -> str:
