@@ -23,6 +23,10 @@ pytestmark = pytest.mark.slow
 CHART = Path(__file__).resolve().parents[2] / "assets" / "charts" / "gennstack-gateway"
 API_KEYS = "gennstack/gateway-api-keys"
 LANGFUSE = "gennstack/langfuse"
+REDIS = "gennstack/gateway-redis"
+# What a bare `helm template` needs besides the schema's defaults.
+REQUIRED = {"secrets.region": "us-east-1", "apiKeys.remoteSecretName": "k", "redis.remoteSecretName": "r"}
+REQUIRED_ARGS = [a for k, v in REQUIRED.items() for a in ("--set", f"{k}={v}")]
 
 
 VARIANT = {
@@ -37,7 +41,7 @@ VARIANT = {
 
 def render(helm: Path, gateway: GatewayConfig, enabled=("inf2", "trn2", "g6e"), *extra: str) -> list[dict]:
     values = gateway_chart_values(gateway, routing_table(gateway, set(enabled)), region="us-east-1",
-                                  api_keys_secret_name=API_KEYS)
+                                  api_keys_secret_name=API_KEYS, redis_secret_name=REDIS)
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
                            "--values", "-", *extra], input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -123,31 +127,86 @@ def test_alias_split_failover_and_model_override(default_docs) -> None:
     assert {c["type"] for c in route["spec"]["llmRequestCosts"]} == {"InputToken", "OutputToken", "TotalToken"}
 
 
+def _policies(docs: list[dict]) -> tuple[dict, dict | None, list[dict]]:
+    """The route's BackendTrafficPolicy, the Gateway's (rate limits) and the per-rule ones."""
+    btps = _by_kind(docs)["BackendTrafficPolicy"]
+    route = [b for b in btps if b["spec"]["targetRefs"][0]["kind"] == "HTTPRoute" and "sectionName" not in b["spec"]["targetRefs"][0]]
+    gateway = [b for b in btps if b["spec"]["targetRefs"][0]["kind"] == "Gateway"]
+    rules = [b for b in btps if "sectionName" in b["spec"]["targetRefs"][0]]
+    assert len(route) == 1 and len(gateway) <= 1 and len(route) + len(gateway) + len(rules) == len(btps)
+    return route[0], (gateway[0] if gateway else None), rules
+
+
 def test_failover_health_checks_and_rate_limit_policy(default_docs) -> None:
     docs = _by_kind(default_docs)
-    (btp,) = docs["BackendTrafficPolicy"]
+    btp, limits, per_rule = _policies(default_docs)
     (route,) = docs["AIGatewayRoute"]
     # targets the HTTPRoute the AI Gateway generates, which carries the AIGatewayRoute's name
     assert btp["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route["metadata"]["name"]}]
+    assert per_rule == []  # no fallback_on in the default config
     retry = btp["spec"]["retry"]
     assert retry["numAttemptsPerPriority"] == 1 and retry["numRetries"] == 3
     assert set(retry["retryOn"]["triggers"]) == {"connect-failure", "reset", "retriable-status-codes"}
+    assert retry["retryOn"]["httpStatusCodes"] == [502, 503, 504]  # never a 4xx without fallback_on
     assert retry["perRetry"]["timeout"] == "900s"  # never cuts a long stream
     active, passive = btp["spec"]["healthCheck"]["active"], btp["spec"]["healthCheck"]["passive"]
     assert active["type"] == "HTTP" and active["http"]["path"] == "/health"
     assert passive["consecutiveGatewayErrors"] == 3 and passive["maxEjectionPercent"] == 100
-    token_rule, request_rule = btp["spec"]["rateLimit"]["global"]["rules"]
+    # the limits live on the Gateway's policy; the route's merges with it
+    assert "rateLimit" not in btp["spec"] and btp["spec"]["mergeType"] == "StrategicMerge"
+    assert limits["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": route["metadata"]["name"]}]
+    token_rule, request_rule = limits["spec"]["rateLimit"]["global"]["rules"]
     assert token_rule["clientSelectors"] == [{"headers": [{"name": "x-gennstack-client", "type": "Distinct"}]}]
     assert token_rule["cost"] == {"request": {"from": "Number", "number": 0}, "response": {
         "from": "Metadata", "metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}}}
     assert token_rule["limit"] == {"requests": 2_000_000, "unit": "Hour"}
-    assert request_rule["limit"] == {"requests": 600, "unit": "Minute"}
+    assert request_rule["limit"] == {"requests": 600, "unit": "Minute"} and "cost" not in request_rule
     (ctp,) = docs["ClientTrafficPolicy"]
     assert ctp["spec"]["connection"]["bufferLimit"] == "50Mi"
     (sp,) = docs["SecurityPolicy"]
     auth = sp["spec"]["apiKeyAuth"]
     assert auth["extractFrom"] == [{"headers": ["Authorization"]}] and auth["sanitize"] is True
     assert auth["forwardClientIDHeader"] == "x-gennstack-client"
+
+
+def test_one_budget_per_client_across_every_model_and_alias(default_docs) -> None:
+    """Envoy Gateway v1.8.3 keys a global rate-limit counter by route unless the rule is shared:
+    internal/xds/translator/ratelimit.go buildRouteRateLimits makes the first descriptor entry
+    ``(rule.Name, rule.Name)`` for a shared rule and ``(route name, route name)`` otherwise, and puts a
+    shared rule in the rate-limit domain ``stripRuleIndexSuffix(rule.Name)`` (the listener's otherwise);
+    a cost makes it use per-route ``typed_per_filter_config`` for that domain (shared rules with a
+    cost are supported). internal/gatewayapi/helpers.go irRuleName names a rule
+    ``<policy namespace>/<policy name>/rule/<index>``: nothing of the route. A route policy with a
+    ``mergeType`` whose own spec has no rateLimit keeps the Gateway policy's limits with the Gateway
+    policy's rule names (internal/gatewayapi/backendtrafficpolicy.go
+    translateBackendTrafficPolicyForRouteWithMerge, case 2). So every route, rule-level policies
+    included, counts a client in the same two counters: domain ``<ns>/<limits policy>``, descriptor
+    ``(<ns>/<limits policy>/rule/<i>, same)`` then ``(rule-<i>-match-0, <client id>)``."""
+    btp, limits, _ = _policies(default_docs)
+    rules = limits["spec"]["rateLimit"]["global"]["rules"]
+    assert [r.get("shared") for r in rules] == [True, True]
+    assert all(r["clientSelectors"] == [{"headers": [{"name": "x-gennstack-client", "type": "Distinct"}]}] for r in rules)
+    # one policy holds every limit, and no route-level policy has limits of its own (they would be
+    # counted under that policy's rule names, a second budget)
+    assert [d for d in default_docs if d["kind"] == "BackendTrafficPolicy" and "rateLimit" in d["spec"]] == [limits]
+    ns, name = limits["metadata"]["namespace"], limits["metadata"]["name"]
+    descriptor_keys = [f"{ns}/{name}/rule/{i}" for i in range(len(rules))]
+    assert descriptor_keys == ["gennstack-gateway/gennstack-gateway-limits/rule/0",
+                               "gennstack-gateway/gennstack-gateway-limits/rule/1"]
+
+
+def test_no_panic_mode(default_docs, variant_docs) -> None:
+    """Envoy Gateway v1.8.3 internal/xds/translator/cluster.go sets the cluster's
+    ``common_lb_config.healthy_panic_threshold`` only when ``healthCheck.panicThreshold`` is set and is
+    not 50 (Envoy's default); internal/gatewayapi/clustersettings.go copies the policy's value. 0:
+    with most of a backend's servers unhealthy Envoy sends only to the healthy ones, never spreads
+    over all of them."""
+    for docs in (default_docs, variant_docs):
+        for btp in _by_kind(docs)["BackendTrafficPolicy"]:
+            if "healthCheck" in btp["spec"]:
+                assert btp["spec"]["healthCheck"]["panicThreshold"] == 0, btp["metadata"]["name"]
+    route, _, rules = _policies(variant_docs)
+    assert [route["spec"]["healthCheck"]] + [r["spec"]["healthCheck"] for r in rules] == [route["spec"]["healthCheck"]] * (1 + len(rules))
 
 
 def test_load_balancer_internal_by_default_tls_when_configured(default_docs, variant_docs) -> None:
@@ -174,8 +233,9 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     (store,) = docs["ClusterSecretStore"]
     assert store["apiVersion"] == "external-secrets.io/v1"
     assert store["spec"]["provider"] == {"aws": {"service": "SecretsManager", "region": "us-east-1"}}
-    assert store["spec"]["conditions"] == [{"namespaces": ["gennstack-gateway"]}]
-    (keys,) = docs["ExternalSecret"]
+    # the proxies' namespace gets the Redis password for Envoy Gateway's rate-limit service
+    assert store["spec"]["conditions"] == [{"namespaces": ["gennstack-gateway", "envoy-gateway-system"]}]
+    (keys,) = [e for e in docs["ExternalSecret"] if e["metadata"]["name"].endswith("-api-keys")]
     assert keys["spec"]["dataFrom"] == [{"extract": {"key": API_KEYS}}]
     assert keys["spec"]["secretStoreRef"] == {"kind": "ClusterSecretStore", "name": store["metadata"]["name"]}
     (sp,) = docs["SecurityPolicy"]
@@ -183,7 +243,7 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     # Langfuse: off by default; when on, keys from Secrets Manager into the proxies' namespace
     assert "GatewayConfig" not in docs
     variant = _by_kind(variant_docs)
-    langfuse = next(e for e in variant["ExternalSecret"] if e["metadata"]["namespace"] == "envoy-gateway-system")
+    langfuse = next(e for e in variant["ExternalSecret"] if e["metadata"]["name"].endswith("-langfuse"))
     assert {d["remoteRef"]["key"] for d in langfuse["spec"]["data"]} == {LANGFUSE}
     assert "b64enc" in langfuse["spec"]["target"]["template"]["data"]["otlp-headers"]
     (config,) = variant["GatewayConfig"]
@@ -196,8 +256,8 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     (store,) = variant["ClusterSecretStore"]
     assert store["spec"]["conditions"] == [{"namespaces": ["gennstack-gateway", "envoy-gateway-system"]}]
     # token limit off in the variant: only the request rule is left
-    (btp,) = variant["BackendTrafficPolicy"]
-    assert [r["limit"]["unit"] for r in btp["spec"]["rateLimit"]["global"]["rules"]] == ["Minute"]
+    _, limits, _ = _policies(variant_docs)
+    assert [r["limit"]["unit"] for r in limits["spec"]["rateLimit"]["global"]["rules"]] == ["Minute"]
 
 
 def test_no_secret_in_any_template_or_value(default_docs, variant_docs) -> None:
@@ -225,30 +285,28 @@ def test_redis_is_where_envoy_gateway_looks(default_docs) -> None:
 @pytest.mark.parametrize("flag, wrong", [("--set", "gateway.replica=3"), ("--set", "resilience.retrys=1"),
                                          ("--set", "rateLimit.tokensPerHr=5"), ("--set", "langfuse.enable=true")])
 def test_schema_rejects_typos(helm, flag, wrong) -> None:
-    proc = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "secrets.region=us-east-1",
-                           "--set", "apiKeys.remoteSecretName=k", flag, wrong], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(helm), "template", "x", str(CHART), *REQUIRED_ARGS, flag, wrong],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "additional properties" in proc.stderr
 
 
-@pytest.mark.parametrize("missing", ["secrets.region", "apiKeys.remoteSecretName"])
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
 def test_required_values(helm, missing) -> None:
-    given = {"secrets.region": "us-east-1", "apiKeys.remoteSecretName": "k"}
-    args = [a for k, v in given.items() if k != missing for a in ("--set", f"{k}={v}")]
+    args = [a for k, v in REQUIRED.items() if k != missing for a in ("--set", f"{k}={v}")]
     proc = subprocess.run([str(helm), "template", "x", str(CHART), *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and f"{missing} is required" in proc.stderr
 
 
 def test_route_naming_an_unknown_backend_fails(helm) -> None:
     routes = {"routes": [{"model": "m", "backends": [{"name": "nope", "weight": 1, "priority": 0}]}]}
-    proc = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "secrets.region=us-east-1",
-                           "--set", "apiKeys.remoteSecretName=k", "--values", "-"],
+    proc = subprocess.run([str(helm), "template", "x", str(CHART), *REQUIRED_ARGS, "--values", "-"],
                           input=json.dumps(routes), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and 'backend "nope" is not in backends' in proc.stderr
 
 
 def test_helm_lint(helm) -> None:
-    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), "--set", "secrets.region=us-east-1",
-                           "--set", "apiKeys.remoteSecretName=k"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), *REQUIRED_ARGS],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
