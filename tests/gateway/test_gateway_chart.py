@@ -13,7 +13,10 @@ import pytest
 import yaml
 
 from gennstack.gateway.config import GatewayConfig, routing_table
-from gennstack.gateway.values import backend_object_name, gateway_chart_values, redis_url
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from gennstack.gateway.values import (CLIENT_HEADER, CLIENT_METRICS_LABEL, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS,
+                                      REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,
+                                      envoy_gateway_values, gateway_chart_values, redis_url)
 from gennstack.config_base import frozen
 from tests.helm import undocumented_values
 from tests.k8s_schema import crd_dir, validate
@@ -332,3 +335,122 @@ def test_external_secrets_objects_meet_their_crds(default_docs) -> None:
         broken["spec"]["refreshIntervall"] = "1h"
         with pytest.raises(AssertionError, match="refreshIntervall"):
             validate(broken)
+
+
+@pytest.fixture(scope="module")
+def system_docs(helm) -> list[dict]:
+    """Rendered with the system node placement the construct passes."""
+    gateway = GatewayConfig()
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name=API_KEYS,
+                                  redis_secret_name=REDIS, system_node_selector=SYSTEM_NODE_SELECTOR,
+                                  system_tolerations=SYSTEM_TOLERATIONS)
+    proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
+                           "--values", "-"], input=json.dumps(values), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_proxies_on_system_nodes_spread_and_never_disrupted(system_docs) -> None:
+    """The Envoy proxies run on the system node group (on-demand, tainted CriticalAddonsOnly, not a
+    Karpenter pool), spread over zones and hosts, with a PDB and Karpenter's do-not-disrupt annotation;
+    the EnvoyProxy validates against Envoy Gateway v1.8.3's CRD."""
+    _validate_all(system_docs)
+    (proxy,) = _by_kind(system_docs)["EnvoyProxy"]
+    kubernetes = proxy["spec"]["provider"]["kubernetes"]
+    pod = kubernetes["envoyDeployment"]["pod"]
+    assert pod["nodeSelector"] == SYSTEM_NODE_SELECTOR == {"gennstack.io/pool": "system"}
+    assert pod["tolerations"] == SYSTEM_TOLERATIONS
+    assert pod["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    spread = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    assert all(c["maxSkew"] == 1 and c["labelSelector"]["matchLabels"] == {
+        "gateway.envoyproxy.io/owning-gateway-name": "gennstack-gateway"} for c in spread.values())
+    assert kubernetes["envoyPDB"] == {"minAvailable": 1}
+    # Redis is on the system nodes too
+    (redis,) = _by_kind(system_docs)["Deployment"]
+    assert redis["spec"]["template"]["spec"]["nodeSelector"] == SYSTEM_NODE_SELECTOR
+
+
+@pytest.mark.parametrize("timeout_s", [900, 86400])
+def test_drain_outlasts_the_longest_stream(helm, timeout_s) -> None:
+    """Envoy Gateway v1.8.3: the shutdown manager drains for up to ``shutdown.drainTimeout``
+    (api/v1alpha1/envoyproxy_types.go ShutdownConfig; default 60 s) and the pod's
+    terminationGracePeriodSeconds is drainTimeout + 300 s
+    (internal/infrastructure/kubernetes/proxy/resource_provider.go expectedTerminationGracePeriodSeconds).
+    A stream lasts at most ``request_timeout_s`` (the route's request timeout) and may start up to
+    minDrainDuration into the drain, so the drain covers both, for the largest timeout config allows."""
+    gateway = GatewayConfig.model_validate(frozen({"resilience": {"request_timeout_s": timeout_s}}))
+    (proxy,) = _by_kind(render(helm, gateway))["EnvoyProxy"]
+    validate(proxy)
+    shutdown = proxy["spec"]["shutdown"]
+    drain, min_drain = (int(shutdown[k].removesuffix("s")) for k in ("drainTimeout", "minDrainDuration"))
+    assert drain == timeout_s + min_drain and min_drain == MIN_DRAIN_S == drain_timeout_s(gateway) - timeout_s
+    grace = drain + 300  # what Envoy Gateway sets
+    assert grace >= timeout_s + min_drain
+
+
+def test_langfuse_gets_no_prompt_or_completion_unless_asked(helm, variant_docs) -> None:
+    """The AI Gateway v1.1.0 ext_proc reads OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS
+    with strconv.ParseBool, default false (internal/tracing/openinference/config.go
+    NewTraceConfigFromEnv; internal/tracing/tracingenv/env.go GetBoolEnv): true replaces input and
+    output values and messages with ``__REDACTED__``. The GatewayConfig's extProc env reaches the
+    sidecar (internal/controller/extproc_builder.go mergeEnvVars) and validates against its CRD."""
+    def env(docs):
+        (config,) = _by_kind(docs)["GatewayConfig"]
+        validate(config)
+        return {e["name"]: e.get("value") for e in config["spec"]["extProc"]["kubernetes"]["env"]}
+
+    hidden = env(variant_docs)
+    assert hidden["OPENINFERENCE_HIDE_INPUTS"] == hidden["OPENINFERENCE_HIDE_OUTPUTS"] == "true"
+    recorded = env(render(helm, GatewayConfig.model_validate(frozen(
+        {**VARIANT, "langfuse": {**VARIANT["langfuse"], "record_content": True}}))))
+    assert recorded["OPENINFERENCE_HIDE_INPUTS"] == recorded["OPENINFERENCE_HIDE_OUTPUTS"] == "false"
+
+
+def test_redis_password_and_network_policy(default_docs) -> None:
+    """Redis needs a password from the synced Secret; only Envoy Gateway's rate-limit pods (their
+    labels at v1.8.3: internal/infrastructure/kubernetes/ratelimit/resource.go rateLimitLabels) in
+    its namespace may connect; Envoy Gateway's rate-limit service gets the same password as REDIS_AUTH
+    (envoyproxy/ratelimit src/settings/settings.go at the image tag 1e50889b Envoy Gateway v1.8.3
+    pins in api/v1alpha1/shared_types.go; rateLimitDeployment.container.env is appended by
+    internal/infrastructure/kubernetes/resource/resource.go ExpectedContainerEnv)."""
+    docs = _by_kind(default_docs)
+    (redis,) = docs["Deployment"]
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    assert "--protected-mode" not in container["args"]
+    assert container["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert env["REDIS_PASSWORD"] == env["REDISCLI_AUTH"] == {"name": REDIS_AUTH_SECRET, "key": "password"}
+    synced = {(e["metadata"]["namespace"], e["spec"]["target"]["name"]): e for e in docs["ExternalSecret"]}
+    for namespace in ("gennstack-gateway", "envoy-gateway-system"):
+        secret = synced[(namespace, REDIS_AUTH_SECRET)]
+        assert secret["spec"]["data"] == [{"secretKey": "password", "remoteRef": {"key": REDIS, "property": "password"}}]
+    (policy,) = docs["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == redis["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 6379, "protocol": "TCP"}]
+    (peer,) = rule["from"]  # namespace AND pod labels in one peer
+    assert peer == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}},
+                    "podSelector": {"matchLabels": RATE_LIMIT_POD_LABELS}}
+    eg = envoy_gateway_values(GatewayConfig())["config"]["envoyGateway"]
+    rate_limit = eg["provider"]["kubernetes"]["rateLimitDeployment"]
+    assert rate_limit["container"]["env"] == [{"name": "REDIS_AUTH", "valueFrom": {
+        "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]
+    assert eg["rateLimit"]["backend"]["redis"] == {"url": redis_url(GatewayConfig())}
+    off = envoy_gateway_values(GatewayConfig.model_validate(frozen({"rate_limit": {"enabled": False}})))
+    assert "rateLimit" not in off["config"]["envoyGateway"] and "kubernetes" not in off["config"]["envoyGateway"]["provider"]
+
+
+def test_genai_metrics_carry_the_client_id() -> None:
+    """AI Gateway v1.1.0: the ai-gateway-helm chart passes ``controller.metricsRequestHeaderAttributes``
+    as the controller flag (manifests/charts/ai-gateway-helm/templates/deployment.yaml), which hands it
+    to each ext_proc sidecar (internal/controller/extproc_builder.go ``-metricsRequestHeaderAttributes``);
+    the sidecar adds the header's value as that attribute to every GenAI metric
+    (cmd/extproc/mainlib/main.go NewMetricsFactory) and serves them on its admin port 1064 at /metrics.
+    The header is set by the API-key check, which Envoy Gateway orders before the AI Gateway's ext_proc
+    (internal/xds/translator/httpfilters.go: api_key_auth 6, ext_proc from 100; the AI Gateway inserts its
+    filter before the first ext_proc/wasm/lua/rbac/rate-limit filter, post_translate_modify.go)."""
+    controller = ai_gateway_values()["controller"]
+    header, label = controller["metricsRequestHeaderAttributes"].split(":")
+    assert header == "x-gennstack-client" == CLIENT_HEADER and label == CLIENT_METRICS_LABEL == "gennstack_client"
