@@ -184,7 +184,18 @@ def test_one_budget_per_client_across_every_model_and_alias(default_docs) -> Non
     policy's rule names (internal/gatewayapi/backendtrafficpolicy.go
     translateBackendTrafficPolicyForRouteWithMerge, case 2). So every route, rule-level policies
     included, counts a client in the same two counters: domain ``<ns>/<limits policy>``, descriptor
-    ``(<ns>/<limits policy>/rule/<i>, same)`` then ``(rule-<i>-match-0, <client id>)``."""
+    ``(<ns>/<limits policy>/rule/<i>, same)`` then ``(rule-<i>-match-0, <client id>)``.
+
+    What docs/gateway.md says is counted rests on: patchRouteWithRateLimit returning early for a
+    route without a route action (a direct response such as the AI Gateway's route-not-found 404);
+    internal/xds/translator/httpfilters.go ordering api_key_auth (6) before the rate-limit filter
+    (303), so a 401 is never counted; the request cost 0 becoming a per-descriptor ``hits_addend`` of 0
+    that envoyproxy/ratelimit (image 1e50889b) checks without incrementing
+    (src/utils/utilities.go GetHitsAddends) and refuses only when the count exceeds the limit
+    (src/limiter/base_limiter.go: ``limitAfterIncrease > overLimitThreshold``), in windows aligned to
+    the unit (src/limiter/cache_key.go GenerateCacheKey); the response cost applied on stream done
+    (``ApplyOnStreamDone``) with the AI Gateway's ``llm_total_token``, written only at the end of the
+    response stream (AI Gateway v1.1.0 internal/extproc/processor_impl.go buildDynamicMetadata)."""
     btp, limits, _ = _policies(default_docs)
     rules = limits["spec"]["rateLimit"]["global"]["rules"]
     assert [r.get("shared") for r in rules] == [True, True]
