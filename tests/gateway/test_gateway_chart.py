@@ -384,8 +384,10 @@ def test_proxies_on_system_nodes_spread_and_never_disrupted(system_docs) -> None
 
 @pytest.mark.parametrize("timeout_s", [900, 86400])
 def test_drain_outlasts_the_longest_stream(helm, timeout_s) -> None:
-    """Envoy Gateway v1.8.3: the shutdown manager drains for up to ``shutdown.drainTimeout``
-    (api/v1alpha1/envoyproxy_types.go ShutdownConfig; default 60 s) and the pod's
+    """Envoy Gateway v1.8.3: the shutdown manager (the preStop hook, internal/cmd/envoy/shutdown_manager.go
+    Shutdown) fails Envoy's health checks, then waits until ``minDrainDuration`` has passed and no
+    connection is left, or ``shutdown.drainTimeout`` has passed
+    (api/v1alpha1/envoyproxy_types.go ShutdownConfig; default 60 s), and the pod's
     terminationGracePeriodSeconds is drainTimeout + 300 s
     (internal/infrastructure/kubernetes/proxy/resource_provider.go expectedTerminationGracePeriodSeconds).
     A stream lasts at most ``request_timeout_s`` (the route's request timeout) and may start up to
