@@ -426,7 +426,14 @@ def test_redis_password_and_network_policy(default_docs) -> None:
     its namespace may connect; Envoy Gateway's rate-limit service gets the same password as REDIS_AUTH
     (envoyproxy/ratelimit src/settings/settings.go at the image tag 1e50889b Envoy Gateway v1.8.3
     pins in api/v1alpha1/shared_types.go; rateLimitDeployment.container.env is appended by
-    internal/infrastructure/kubernetes/resource/resource.go ExpectedContainerEnv)."""
+    internal/infrastructure/kubernetes/resource/resource.go ExpectedContainerEnv). The field path
+    ``provider.kubernetes.rateLimitDeployment.{container.env,pod.nodeSelector,pod.tolerations}`` is
+    EnvoyGatewayKubernetesProvider's and KubernetesDeploymentSpec's JSON names
+    (api/v1alpha1/envoygateway_types.go, shared_types.go); a given ``pod`` or ``container`` keeps
+    Envoy Gateway's image, resources and security context defaults (api/v1alpha1/kubernetes_helpers.go
+    defaultKubernetesDeploymentSpec; ratelimit/resource.go expectedRateLimitContainerSecurityContext);
+    the gateway-helm chart merges ``config.envoyGateway`` into its EnvoyGateway config
+    (charts/gateway-helm/templates/envoy-gateway-config.yaml)."""
     docs = _by_kind(default_docs)
     (redis,) = docs["Deployment"]
     (container,) = redis["spec"]["template"]["spec"]["containers"]
