@@ -31,6 +31,7 @@ from gennstack.gateway.names import backend_object_name, collisions, rule_name
 
 __all__ = [
     "AliasTarget",
+    "FALLBACK_STATUS",
     "GatewayConfig",
     "LangfuseConfig",
     "LoadBalancerConfig",
@@ -146,6 +147,13 @@ class RateLimitConfig(StrictModel):
     requests_per_minute: Annotated[int, Field(ge=0, le=10**7)] = 600
 
 
+# What a backend's answer means, for `fallback_on`, and the upstream status it arrives as: vLLM
+# answers a prompt longer than the model's context with 400 (the status of every other request
+# error too: Envoy's retry policy cannot read the body), an overloaded server with 429.
+FALLBACK_STATUS: dict[str, int] = {"rate_limited": 429, "context_length": 400}
+FallbackReason = Literal["rate_limited", "context_length"]
+
+
 class LoadBalancerConfig(StrictModel):
     """The NLB in front of the Envoy proxies (AWS Load Balancer Controller)."""
 
@@ -198,6 +206,9 @@ class LangfuseConfig(StrictModel):
     secret_name: SecretName | None = None
     # Fraction of requests traced.
     sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    # Record prompts and completions in the traces. Off: the AI Gateway redacts them
+    # (OpenInference OPENINFERENCE_HIDE_INPUTS/OUTPUTS); traces keep model, tokens and latency.
+    record_content: bool = False
 
     @field_validator("endpoint")
     @classmethod
@@ -238,6 +249,9 @@ class GatewayConfig(StrictModel):
     aliases: dict[str, tuple[AliasTarget, ...]] = Field(default_factory=lambda: dict(_DEFAULT_ALIASES))
     # Per model: other model names that take over, in order, when it fails (priority 1, 2, ...).
     fallbacks: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    # Per model or alias: backend answers that also move the request to the next backend, beyond
+    # connect failures, resets and retry_on_status: rate_limited (429), context_length (400).
+    fallback_on: dict[str, tuple[FallbackReason, ...]] = Field(default_factory=dict)
     resilience: ResilienceConfig = ResilienceConfig()
     rate_limit: RateLimitConfig = RateLimitConfig()
     # Largest request body (long prompts); Envoy Gateway's default of 32 KiB is far too small.
@@ -292,6 +306,20 @@ class GatewayConfig(StrictModel):
                     raise FieldError(f"fallbacks.{model}", other, "another model from models")
             if len(set(others)) != len(others):
                 raise FieldError(f"fallbacks.{model}", list(others), "each model at most once")
+        for name, reasons in self.fallback_on.items():
+            if name in self.models:
+                if not self.fallbacks.get(name):
+                    raise FieldError(f"fallback_on.{name}", list(reasons),
+                                     f"a model with fallbacks (fallbacks.{name}) to fall back to")
+            elif name in self.aliases:
+                if len(self.aliases[name]) < 2:
+                    raise FieldError(f"fallback_on.{name}", list(reasons), "an alias with at least two targets")
+            else:
+                raise FieldError(f"fallback_on.{name}", name,
+                                 f"a model or alias: {sorted(self.models) + sorted(self.aliases)}")
+            if not reasons or len(set(reasons)) != len(reasons):
+                raise FieldError(f"fallback_on.{name}", list(reasons),
+                                 f"one or more of {sorted(FALLBACK_STATUS)}, each at most once")
         self._unique_kubernetes_names()
         if len(self.models) + len(self.aliases) > MAX_ROUTES:
             raise FieldError("aliases", len(self.models) + len(self.aliases),

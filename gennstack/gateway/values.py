@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gennstack.gateway.config import GatewayConfig, RoutingTable
+from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_object_name, rule_name
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
@@ -19,6 +19,18 @@ AI_GATEWAY_CONTROLLER = "ai-gateway-controller"  # the ai-gateway-helm chart's c
 EXTERNAL_SECRETS_NAMESPACE = "external-secrets"
 EXTERNAL_SECRETS_SERVICE_ACCOUNT = "external-secrets"
 CLIENT_HEADER = "x-gennstack-client"
+# The OTel attribute the AI Gateway's GenAI metrics carry the client id in; its Prometheus
+# exporter serves it as this label on the sidecar's :1064/metrics.
+CLIENT_METRICS_LABEL = "gennstack_client"
+# The Secret (key `password`) External Secrets writes the Redis password to, in the chart's
+# namespace (for Redis) and the proxies' (for Envoy Gateway's rate-limit service); mirrors _helpers.tpl.
+REDIS_AUTH_SECRET = f"{GATEWAY_RELEASE}-redis-auth"
+# New connections may still arrive this long after a proxy starts draining (the NLB deregisters it).
+MIN_DRAIN_S = 30
+# The labels Envoy Gateway v1.8.3 gives its rate-limit pods
+# (internal/infrastructure/kubernetes/ratelimit/resource.go rateLimitLabels), the only Redis clients.
+RATE_LIMIT_POD_LABELS = {"app.kubernetes.io/name": "envoy-ratelimit", "app.kubernetes.io/component": "ratelimit",
+                         "app.kubernetes.io/managed-by": "envoy-gateway"}
 
 
 def _duration(seconds: int) -> str:
@@ -35,16 +47,36 @@ def gateway_name() -> str:
     return GATEWAY_RELEASE
 
 
+def drain_timeout_s(gateway: GatewayConfig) -> int:
+    """How long a stopping Envoy proxy keeps its streams: the longest request the route allows
+    (``request_timeout_s``) plus the time new connections may still arrive while it drains."""
+    return gateway.resilience.request_timeout_s + MIN_DRAIN_S
+
+
+def fallback_statuses(gateway: GatewayConfig, table: RoutingTable) -> dict[str, list[int]]:
+    """Per route (model name) with another backend to go to: the extra upstream statuses ``fallback_on``
+    asks to retry on, in a fixed order. A route left with one backend (a disabled generation) gets none."""
+    out: dict[str, list[int]] = {}
+    for route in table.routes:
+        reasons = gateway.fallback_on.get(route.model, ())
+        if reasons and len(route.backends) > 1:
+            out[route.model] = sorted(FALLBACK_STATUS[r] for r in reasons)
+    return out
+
+
 def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region: str,
-                         api_keys_secret_name: str, system_node_selector: dict[str, str] | None = None,
+                         api_keys_secret_name: str, redis_secret_name: str = "",
+                         system_node_selector: dict[str, str] | None = None,
                          system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Values of ``assets/charts/gennstack-gateway`` for the routing table of enabled models.
 
-    ``region`` and ``api_keys_secret_name`` may be CDK tokens; they are names, never secret values.
+    ``region``, ``api_keys_secret_name`` and ``redis_secret_name`` may be CDK tokens; they are
+    names, never secret values. ``redis_secret_name`` is required when the rate limit is on.
     """
     resilience = gateway.resilience
     lb = gateway.load_balancer
     langfuse = gateway.langfuse
+    extra_status = fallback_statuses(gateway, table)
     return {
         "gateway": {
             "name": gateway_name(),
@@ -52,6 +84,8 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "proxyNamespace": ENVOY_GATEWAY_NAMESPACE,
             "replicas": gateway.envoy_replicas,
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+            "drainTimeout": _duration(drain_timeout_s(gateway)),
+            "minDrainDuration": _duration(MIN_DRAIN_S),
             "loadBalancer": {
                 "scheme": lb.scheme,
                 "certificateArn": lb.certificate_arn or "",
@@ -81,6 +115,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                     }
                     for b in route.backends
                 ],
+                **({"fallbackOnStatus": extra_status[route.model]} if route.model in extra_status else {}),
             }
             for route in table.routes
         ],
@@ -116,9 +151,11 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "endpoint": langfuse.endpoint,
             "remoteSecretName": langfuse.secret_name or "",
             "sampleRatio": str(langfuse.sample_ratio),
+            "recordContent": langfuse.record_content,
         },
         "redis": {
             "image": "docker.io/library/redis:7.4.2-alpine",
+            "remoteSecretName": redis_secret_name,
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         },
         "nodeSelector": dict(system_node_selector or {}),
@@ -149,6 +186,13 @@ def envoy_gateway_values(gateway: GatewayConfig, *, system_node_selector: dict[s
     }
     if gateway.rate_limit.enabled:
         envoy_gateway["rateLimit"] = {"backend": {"type": "Redis", "redis": {"url": redis_url(gateway)}}}
+        # The rate-limit service (envoyproxy/ratelimit) authenticates to Redis with REDIS_AUTH; Envoy
+        # Gateway v1.8.3 adds rateLimitDeployment.container.env to the ones it sets.
+        envoy_gateway["provider"]["kubernetes"] = {"rateLimitDeployment": {
+            "container": {"env": [{"name": "REDIS_AUTH", "valueFrom": {
+                "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]},
+            "pod": {"nodeSelector": dict(system_node_selector or {}), "tolerations": list(system_tolerations or [])},
+        }}
     return {
         "config": {"envoyGateway": envoy_gateway},
         "deployment": {"replicas": 2, "pod": {"nodeSelector": dict(system_node_selector or {}),
@@ -159,10 +203,14 @@ def envoy_gateway_values(gateway: GatewayConfig, *, system_node_selector: dict[s
 
 def ai_gateway_values(*, system_node_selector: dict[str, str] | None = None,
                       system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Envoy AI Gateway (ai-gateway-helm): the controller that is Envoy Gateway's extension server."""
+    """Envoy AI Gateway (ai-gateway-helm): the controller that is Envoy Gateway's extension server.
+
+    Its GenAI metrics (the ext_proc sidecar's ``:1064/metrics``) carry the client id the API-key
+    check forwards, as the ``gennstack_client`` label."""
     return {
         "controller": {
             "fullnameOverride": AI_GATEWAY_CONTROLLER,
+            "metricsRequestHeaderAttributes": f"{CLIENT_HEADER}:{CLIENT_METRICS_LABEL}",
             "replicaCount": 2,
             "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
             "nodeSelector": dict(system_node_selector or {}),

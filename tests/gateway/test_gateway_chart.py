@@ -13,7 +13,10 @@ import pytest
 import yaml
 
 from gennstack.gateway.config import GatewayConfig, routing_table
-from gennstack.gateway.values import backend_object_name, gateway_chart_values, redis_url
+from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from gennstack.gateway.values import (CLIENT_HEADER, CLIENT_METRICS_LABEL, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS,
+                                      REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,
+                                      envoy_gateway_values, gateway_chart_values, redis_url)
 from gennstack.config_base import frozen
 from tests.helm import undocumented_values
 from tests.k8s_schema import crd_dir, validate
@@ -23,6 +26,10 @@ pytestmark = pytest.mark.slow
 CHART = Path(__file__).resolve().parents[2] / "assets" / "charts" / "gennstack-gateway"
 API_KEYS = "gennstack/gateway-api-keys"
 LANGFUSE = "gennstack/langfuse"
+REDIS = "gennstack/gateway-redis"
+# What a bare `helm template` needs besides the schema's defaults.
+REQUIRED = {"secrets.region": "us-east-1", "apiKeys.remoteSecretName": "k", "redis.remoteSecretName": "r"}
+REQUIRED_ARGS = [a for k, v in REQUIRED.items() for a in ("--set", f"{k}={v}")]
 
 
 VARIANT = {
@@ -37,7 +44,7 @@ VARIANT = {
 
 def render(helm: Path, gateway: GatewayConfig, enabled=("inf2", "trn2", "g6e"), *extra: str) -> list[dict]:
     values = gateway_chart_values(gateway, routing_table(gateway, set(enabled)), region="us-east-1",
-                                  api_keys_secret_name=API_KEYS)
+                                  api_keys_secret_name=API_KEYS, redis_secret_name=REDIS)
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
                            "--values", "-", *extra], input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -123,31 +130,97 @@ def test_alias_split_failover_and_model_override(default_docs) -> None:
     assert {c["type"] for c in route["spec"]["llmRequestCosts"]} == {"InputToken", "OutputToken", "TotalToken"}
 
 
+def _policies(docs: list[dict]) -> tuple[dict, dict | None, list[dict]]:
+    """The route's BackendTrafficPolicy, the Gateway's (rate limits) and the per-rule ones."""
+    btps = _by_kind(docs)["BackendTrafficPolicy"]
+    route = [b for b in btps if b["spec"]["targetRefs"][0]["kind"] == "HTTPRoute" and "sectionName" not in b["spec"]["targetRefs"][0]]
+    gateway = [b for b in btps if b["spec"]["targetRefs"][0]["kind"] == "Gateway"]
+    rules = [b for b in btps if "sectionName" in b["spec"]["targetRefs"][0]]
+    assert len(route) == 1 and len(gateway) <= 1 and len(route) + len(gateway) + len(rules) == len(btps)
+    return route[0], (gateway[0] if gateway else None), rules
+
+
 def test_failover_health_checks_and_rate_limit_policy(default_docs) -> None:
     docs = _by_kind(default_docs)
-    (btp,) = docs["BackendTrafficPolicy"]
+    btp, limits, per_rule = _policies(default_docs)
     (route,) = docs["AIGatewayRoute"]
     # targets the HTTPRoute the AI Gateway generates, which carries the AIGatewayRoute's name
     assert btp["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route["metadata"]["name"]}]
+    assert per_rule == []  # no fallback_on in the default config
     retry = btp["spec"]["retry"]
     assert retry["numAttemptsPerPriority"] == 1 and retry["numRetries"] == 3
     assert set(retry["retryOn"]["triggers"]) == {"connect-failure", "reset", "retriable-status-codes"}
+    assert retry["retryOn"]["httpStatusCodes"] == [502, 503, 504]  # never a 4xx without fallback_on
     assert retry["perRetry"]["timeout"] == "900s"  # never cuts a long stream
     active, passive = btp["spec"]["healthCheck"]["active"], btp["spec"]["healthCheck"]["passive"]
     assert active["type"] == "HTTP" and active["http"]["path"] == "/health"
     assert passive["consecutiveGatewayErrors"] == 3 and passive["maxEjectionPercent"] == 100
-    token_rule, request_rule = btp["spec"]["rateLimit"]["global"]["rules"]
+    # the limits live on the Gateway's policy; the route's merges with it
+    assert "rateLimit" not in btp["spec"] and btp["spec"]["mergeType"] == "StrategicMerge"
+    assert limits["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": route["metadata"]["name"]}]
+    token_rule, request_rule = limits["spec"]["rateLimit"]["global"]["rules"]
     assert token_rule["clientSelectors"] == [{"headers": [{"name": "x-gennstack-client", "type": "Distinct"}]}]
     assert token_rule["cost"] == {"request": {"from": "Number", "number": 0}, "response": {
         "from": "Metadata", "metadata": {"namespace": "io.envoy.ai_gateway", "key": "llm_total_token"}}}
     assert token_rule["limit"] == {"requests": 2_000_000, "unit": "Hour"}
-    assert request_rule["limit"] == {"requests": 600, "unit": "Minute"}
+    assert request_rule["limit"] == {"requests": 600, "unit": "Minute"} and "cost" not in request_rule
     (ctp,) = docs["ClientTrafficPolicy"]
     assert ctp["spec"]["connection"]["bufferLimit"] == "50Mi"
     (sp,) = docs["SecurityPolicy"]
     auth = sp["spec"]["apiKeyAuth"]
     assert auth["extractFrom"] == [{"headers": ["Authorization"]}] and auth["sanitize"] is True
     assert auth["forwardClientIDHeader"] == "x-gennstack-client"
+
+
+def test_one_budget_per_client_across_every_model_and_alias(default_docs) -> None:
+    """Envoy Gateway v1.8.3 keys a global rate-limit counter by route unless the rule is shared:
+    internal/xds/translator/ratelimit.go buildRouteRateLimits makes the first descriptor entry
+    ``(rule.Name, rule.Name)`` for a shared rule and ``(route name, route name)`` otherwise, and puts a
+    shared rule in the rate-limit domain ``stripRuleIndexSuffix(rule.Name)`` (the listener's otherwise);
+    a cost makes it use per-route ``typed_per_filter_config`` for that domain (shared rules with a
+    cost are supported). internal/gatewayapi/helpers.go irRuleName names a rule
+    ``<policy namespace>/<policy name>/rule/<index>``: nothing of the route. A route policy with a
+    ``mergeType`` whose own spec has no rateLimit keeps the Gateway policy's limits with the Gateway
+    policy's rule names (internal/gatewayapi/backendtrafficpolicy.go
+    translateBackendTrafficPolicyForRouteWithMerge, case 2). So every route, rule-level policies
+    included, counts a client in the same two counters: domain ``<ns>/<limits policy>``, descriptor
+    ``(<ns>/<limits policy>/rule/<i>, same)`` then ``(rule-<i>-match-0, <client id>)``.
+
+    What docs/gateway.md says is counted rests on: patchRouteWithRateLimit returning early for a
+    route without a route action (a direct response such as the AI Gateway's route-not-found 404);
+    internal/xds/translator/httpfilters.go ordering api_key_auth (6) before the rate-limit filter
+    (303), so a 401 is never counted; the request cost 0 becoming a per-descriptor ``hits_addend`` of 0
+    that envoyproxy/ratelimit (image 1e50889b) checks without incrementing
+    (src/utils/utilities.go GetHitsAddends) and refuses only when the count exceeds the limit
+    (src/limiter/base_limiter.go: ``limitAfterIncrease > overLimitThreshold``), in windows aligned to
+    the unit (src/limiter/cache_key.go GenerateCacheKey); the response cost applied on stream done
+    (``ApplyOnStreamDone``) with the AI Gateway's ``llm_total_token``, written only at the end of the
+    response stream (AI Gateway v1.1.0 internal/extproc/processor_impl.go buildDynamicMetadata)."""
+    btp, limits, _ = _policies(default_docs)
+    rules = limits["spec"]["rateLimit"]["global"]["rules"]
+    assert [r.get("shared") for r in rules] == [True, True]
+    assert all(r["clientSelectors"] == [{"headers": [{"name": "x-gennstack-client", "type": "Distinct"}]}] for r in rules)
+    # one policy holds every limit, and no route-level policy has limits of its own (they would be
+    # counted under that policy's rule names, a second budget)
+    assert [d for d in default_docs if d["kind"] == "BackendTrafficPolicy" and "rateLimit" in d["spec"]] == [limits]
+    ns, name = limits["metadata"]["namespace"], limits["metadata"]["name"]
+    descriptor_keys = [f"{ns}/{name}/rule/{i}" for i in range(len(rules))]
+    assert descriptor_keys == ["gennstack-gateway/gennstack-gateway-limits/rule/0",
+                               "gennstack-gateway/gennstack-gateway-limits/rule/1"]
+
+
+def test_no_panic_mode(default_docs, variant_docs) -> None:
+    """Envoy Gateway v1.8.3 internal/xds/translator/cluster.go sets the cluster's
+    ``common_lb_config.healthy_panic_threshold`` only when ``healthCheck.panicThreshold`` is set and is
+    not 50 (Envoy's default); internal/gatewayapi/clustersettings.go copies the policy's value. 0:
+    with most of a backend's servers unhealthy Envoy sends only to the healthy ones, never spreads
+    over all of them."""
+    for docs in (default_docs, variant_docs):
+        for btp in _by_kind(docs)["BackendTrafficPolicy"]:
+            if "healthCheck" in btp["spec"]:
+                assert btp["spec"]["healthCheck"]["panicThreshold"] == 0, btp["metadata"]["name"]
+    route, _, rules = _policies(variant_docs)
+    assert [route["spec"]["healthCheck"]] + [r["spec"]["healthCheck"] for r in rules] == [route["spec"]["healthCheck"]] * (1 + len(rules))
 
 
 def test_load_balancer_internal_by_default_tls_when_configured(default_docs, variant_docs) -> None:
@@ -174,8 +247,9 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     (store,) = docs["ClusterSecretStore"]
     assert store["apiVersion"] == "external-secrets.io/v1"
     assert store["spec"]["provider"] == {"aws": {"service": "SecretsManager", "region": "us-east-1"}}
-    assert store["spec"]["conditions"] == [{"namespaces": ["gennstack-gateway"]}]
-    (keys,) = docs["ExternalSecret"]
+    # the proxies' namespace gets the Redis password for Envoy Gateway's rate-limit service
+    assert store["spec"]["conditions"] == [{"namespaces": ["gennstack-gateway", "envoy-gateway-system"]}]
+    (keys,) = [e for e in docs["ExternalSecret"] if e["metadata"]["name"].endswith("-api-keys")]
     assert keys["spec"]["dataFrom"] == [{"extract": {"key": API_KEYS}}]
     assert keys["spec"]["secretStoreRef"] == {"kind": "ClusterSecretStore", "name": store["metadata"]["name"]}
     (sp,) = docs["SecurityPolicy"]
@@ -183,7 +257,7 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     # Langfuse: off by default; when on, keys from Secrets Manager into the proxies' namespace
     assert "GatewayConfig" not in docs
     variant = _by_kind(variant_docs)
-    langfuse = next(e for e in variant["ExternalSecret"] if e["metadata"]["namespace"] == "envoy-gateway-system")
+    langfuse = next(e for e in variant["ExternalSecret"] if e["metadata"]["name"].endswith("-langfuse"))
     assert {d["remoteRef"]["key"] for d in langfuse["spec"]["data"]} == {LANGFUSE}
     assert "b64enc" in langfuse["spec"]["target"]["template"]["data"]["otlp-headers"]
     (config,) = variant["GatewayConfig"]
@@ -196,8 +270,8 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     (store,) = variant["ClusterSecretStore"]
     assert store["spec"]["conditions"] == [{"namespaces": ["gennstack-gateway", "envoy-gateway-system"]}]
     # token limit off in the variant: only the request rule is left
-    (btp,) = variant["BackendTrafficPolicy"]
-    assert [r["limit"]["unit"] for r in btp["spec"]["rateLimit"]["global"]["rules"]] == ["Minute"]
+    _, limits, _ = _policies(variant_docs)
+    assert [r["limit"]["unit"] for r in limits["spec"]["rateLimit"]["global"]["rules"]] == ["Minute"]
 
 
 def test_no_secret_in_any_template_or_value(default_docs, variant_docs) -> None:
@@ -225,15 +299,14 @@ def test_redis_is_where_envoy_gateway_looks(default_docs) -> None:
 @pytest.mark.parametrize("flag, wrong", [("--set", "gateway.replica=3"), ("--set", "resilience.retrys=1"),
                                          ("--set", "rateLimit.tokensPerHr=5"), ("--set", "langfuse.enable=true")])
 def test_schema_rejects_typos(helm, flag, wrong) -> None:
-    proc = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "secrets.region=us-east-1",
-                           "--set", "apiKeys.remoteSecretName=k", flag, wrong], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(helm), "template", "x", str(CHART), *REQUIRED_ARGS, flag, wrong],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "additional properties" in proc.stderr
 
 
-@pytest.mark.parametrize("missing", ["secrets.region", "apiKeys.remoteSecretName"])
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
 def test_required_values(helm, missing) -> None:
-    given = {"secrets.region": "us-east-1", "apiKeys.remoteSecretName": "k"}
-    args = [a for k, v in given.items() if k != missing for a in ("--set", f"{k}={v}")]
+    args = [a for k, v in REQUIRED.items() if k != missing for a in ("--set", f"{k}={v}")]
     proc = subprocess.run([str(helm), "template", "x", str(CHART), *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and f"{missing} is required" in proc.stderr
 
@@ -241,15 +314,14 @@ def test_required_values(helm, missing) -> None:
 def test_route_naming_an_unknown_backend_fails(helm) -> None:
     routes = {"routes": [{"model": "m", "ruleName": "model-m",
                           "backends": [{"name": "nope", "objectName": "gennstack-gateway-nope", "weight": 1, "priority": 0}]}]}
-    proc = subprocess.run([str(helm), "template", "x", str(CHART), "--set", "secrets.region=us-east-1",
-                           "--set", "apiKeys.remoteSecretName=k", "--values", "-"],
+    proc = subprocess.run([str(helm), "template", "x", str(CHART), *REQUIRED_ARGS, "--values", "-"],
                           input=json.dumps(routes), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and 'backend "nope" is not in backends' in proc.stderr
 
 
 def test_helm_lint(helm) -> None:
-    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), "--set", "secrets.region=us-east-1",
-                           "--set", "apiKeys.remoteSecretName=k"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([str(helm), "lint", "--strict", str(CHART), *REQUIRED_ARGS],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -275,6 +347,134 @@ def test_external_secrets_objects_meet_their_crds(default_docs) -> None:
         broken["spec"]["refreshIntervall"] = "1h"
         with pytest.raises(AssertionError, match="refreshIntervall"):
             validate(broken)
+
+
+@pytest.fixture(scope="module")
+def system_docs(helm) -> list[dict]:
+    """Rendered with the system node placement the construct passes."""
+    gateway = GatewayConfig()
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name=API_KEYS,
+                                  redis_secret_name=REDIS, system_node_selector=SYSTEM_NODE_SELECTOR,
+                                  system_tolerations=SYSTEM_TOLERATIONS)
+    proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
+                           "--values", "-"], input=json.dumps(values), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_proxies_on_system_nodes_spread_and_never_disrupted(system_docs) -> None:
+    """The Envoy proxies run on the system node group (on-demand, tainted CriticalAddonsOnly, not a
+    Karpenter pool), spread over zones and hosts, with a PDB and Karpenter's do-not-disrupt annotation;
+    the EnvoyProxy validates against Envoy Gateway v1.8.3's CRD."""
+    _validate_all(system_docs)
+    (proxy,) = _by_kind(system_docs)["EnvoyProxy"]
+    kubernetes = proxy["spec"]["provider"]["kubernetes"]
+    pod = kubernetes["envoyDeployment"]["pod"]
+    assert pod["nodeSelector"] == SYSTEM_NODE_SELECTOR == {"gennstack.io/pool": "system"}
+    assert pod["tolerations"] == SYSTEM_TOLERATIONS
+    assert pod["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    spread = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    assert all(c["maxSkew"] == 1 and c["labelSelector"]["matchLabels"] == {
+        "gateway.envoyproxy.io/owning-gateway-name": "gennstack-gateway"} for c in spread.values())
+    assert kubernetes["envoyPDB"] == {"minAvailable": 1}
+    # Redis is on the system nodes too
+    (redis,) = _by_kind(system_docs)["Deployment"]
+    assert redis["spec"]["template"]["spec"]["nodeSelector"] == SYSTEM_NODE_SELECTOR
+
+
+@pytest.mark.parametrize("timeout_s", [900, 86400])
+def test_drain_outlasts_the_longest_stream(helm, timeout_s) -> None:
+    """Envoy Gateway v1.8.3: the shutdown manager (the preStop hook, internal/cmd/envoy/shutdown_manager.go
+    Shutdown) fails Envoy's health checks, then waits until ``minDrainDuration`` has passed and no
+    connection is left, or ``shutdown.drainTimeout`` has passed
+    (api/v1alpha1/envoyproxy_types.go ShutdownConfig; default 60 s), and the pod's
+    terminationGracePeriodSeconds is drainTimeout + 300 s
+    (internal/infrastructure/kubernetes/proxy/resource_provider.go expectedTerminationGracePeriodSeconds).
+    A stream lasts at most ``request_timeout_s`` (the route's request timeout) and may start up to
+    minDrainDuration into the drain, so the drain covers both, for the largest timeout config allows."""
+    gateway = GatewayConfig.model_validate(frozen({"resilience": {"request_timeout_s": timeout_s}}))
+    (proxy,) = _by_kind(render(helm, gateway))["EnvoyProxy"]
+    validate(proxy)
+    shutdown = proxy["spec"]["shutdown"]
+    drain, min_drain = (int(shutdown[k].removesuffix("s")) for k in ("drainTimeout", "minDrainDuration"))
+    assert drain == timeout_s + min_drain and min_drain == MIN_DRAIN_S == drain_timeout_s(gateway) - timeout_s
+    grace = drain + 300  # what Envoy Gateway sets
+    assert grace >= timeout_s + min_drain
+
+
+def test_langfuse_gets_no_prompt_or_completion_unless_asked(helm, variant_docs) -> None:
+    """The AI Gateway v1.1.0 ext_proc reads OPENINFERENCE_HIDE_INPUTS / OPENINFERENCE_HIDE_OUTPUTS
+    with strconv.ParseBool, default false (internal/tracing/openinference/config.go
+    NewTraceConfigFromEnv; internal/tracing/tracingenv/env.go GetBoolEnv): true replaces input and
+    output values and messages with ``__REDACTED__``. The GatewayConfig's extProc env reaches the
+    sidecar (internal/controller/extproc_builder.go mergeEnvVars) and validates against its CRD."""
+    def env(docs):
+        (config,) = _by_kind(docs)["GatewayConfig"]
+        validate(config)
+        return {e["name"]: e.get("value") for e in config["spec"]["extProc"]["kubernetes"]["env"]}
+
+    hidden = env(variant_docs)
+    assert hidden["OPENINFERENCE_HIDE_INPUTS"] == hidden["OPENINFERENCE_HIDE_OUTPUTS"] == "true"
+    recorded = env(render(helm, GatewayConfig.model_validate(frozen(
+        {**VARIANT, "langfuse": {**VARIANT["langfuse"], "record_content": True}}))))
+    assert recorded["OPENINFERENCE_HIDE_INPUTS"] == recorded["OPENINFERENCE_HIDE_OUTPUTS"] == "false"
+
+
+def test_redis_password_and_network_policy(default_docs) -> None:
+    """Redis needs a password from the synced Secret; only Envoy Gateway's rate-limit pods (their
+    labels at v1.8.3: internal/infrastructure/kubernetes/ratelimit/resource.go rateLimitLabels) in
+    its namespace may connect; Envoy Gateway's rate-limit service gets the same password as REDIS_AUTH
+    (envoyproxy/ratelimit src/settings/settings.go at the image tag 1e50889b Envoy Gateway v1.8.3
+    pins in api/v1alpha1/shared_types.go; rateLimitDeployment.container.env is appended by
+    internal/infrastructure/kubernetes/resource/resource.go ExpectedContainerEnv). The field path
+    ``provider.kubernetes.rateLimitDeployment.{container.env,pod.nodeSelector,pod.tolerations}`` is
+    EnvoyGatewayKubernetesProvider's and KubernetesDeploymentSpec's JSON names
+    (api/v1alpha1/envoygateway_types.go, shared_types.go); a given ``pod`` or ``container`` keeps
+    Envoy Gateway's image, resources and security context defaults (api/v1alpha1/kubernetes_helpers.go
+    defaultKubernetesDeploymentSpec; ratelimit/resource.go expectedRateLimitContainerSecurityContext);
+    the gateway-helm chart merges ``config.envoyGateway`` into its EnvoyGateway config
+    (charts/gateway-helm/templates/envoy-gateway-config.yaml)."""
+    docs = _by_kind(default_docs)
+    (redis,) = docs["Deployment"]
+    (container,) = redis["spec"]["template"]["spec"]["containers"]
+    assert "--protected-mode" not in container["args"]
+    assert container["args"][-2:] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]}
+    assert env["REDIS_PASSWORD"] == env["REDISCLI_AUTH"] == {"name": REDIS_AUTH_SECRET, "key": "password"}
+    synced = {(e["metadata"]["namespace"], e["spec"]["target"]["name"]): e for e in docs["ExternalSecret"]}
+    for namespace in ("gennstack-gateway", "envoy-gateway-system"):
+        secret = synced[(namespace, REDIS_AUTH_SECRET)]
+        assert secret["spec"]["data"] == [{"secretKey": "password", "remoteRef": {"key": REDIS, "property": "password"}}]
+    (policy,) = docs["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == redis["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 6379, "protocol": "TCP"}]
+    (peer,) = rule["from"]  # namespace AND pod labels in one peer
+    assert peer == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "envoy-gateway-system"}},
+                    "podSelector": {"matchLabels": RATE_LIMIT_POD_LABELS}}
+    eg = envoy_gateway_values(GatewayConfig())["config"]["envoyGateway"]
+    rate_limit = eg["provider"]["kubernetes"]["rateLimitDeployment"]
+    assert rate_limit["container"]["env"] == [{"name": "REDIS_AUTH", "valueFrom": {
+        "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]
+    assert eg["rateLimit"]["backend"]["redis"] == {"url": redis_url(GatewayConfig())}
+    off = envoy_gateway_values(GatewayConfig.model_validate(frozen({"rate_limit": {"enabled": False}})))
+    assert "rateLimit" not in off["config"]["envoyGateway"] and "kubernetes" not in off["config"]["envoyGateway"]["provider"]
+
+
+def test_genai_metrics_carry_the_client_id() -> None:
+    """AI Gateway v1.1.0: the ai-gateway-helm chart passes ``controller.metricsRequestHeaderAttributes``
+    as the controller flag (manifests/charts/ai-gateway-helm/templates/deployment.yaml), which hands it
+    to each ext_proc sidecar (internal/controller/extproc_builder.go ``-metricsRequestHeaderAttributes``);
+    the sidecar adds the header's value as that attribute to every GenAI metric
+    (cmd/extproc/mainlib/main.go NewMetricsFactory) and serves them on its admin port 1064 at /metrics.
+    The header is set by the API-key check, which Envoy Gateway orders before the AI Gateway's ext_proc
+    (internal/xds/translator/httpfilters.go: api_key_auth 6, ext_proc from 100; the AI Gateway inserts its
+    filter before the first ext_proc/wasm/lua/rbac/rate-limit filter, post_translate_modify.go)."""
+    controller = ai_gateway_values()["controller"]
+    header, label = controller["metricsRequestHeaderAttributes"].split(":")
+    assert header == "x-gennstack-client" == CLIENT_HEADER and label == CLIENT_METRICS_LABEL == "gennstack_client"
 
 
 def test_model_names_kubernetes_cannot_hold_render_valid_objects(helm) -> None:

@@ -104,7 +104,7 @@ def test_project_chart_values_come_from_values_py(template, variant) -> None:
 
     values = _values(_charts(template)["gennstack-gateway"])
     expected = gateway_chart_values(GatewayConfig(), routing_table(GatewayConfig()), region="TOKEN",
-                                    api_keys_secret_name="TOKEN")
+                                    api_keys_secret_name="TOKEN", redis_secret_name="TOKEN")
     assert {k: v for k, v in values.items() if k not in ("nodeSelector", "tolerations")} == {
         k: v for k, v in expected.items() if k not in ("nodeSelector", "tolerations")}
     assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
@@ -126,15 +126,23 @@ def _secret_policy(template: dict) -> list[dict]:
     return statements
 
 
+def _secret_ids(template: dict) -> dict[str, str]:
+    """Logical IDs of the generated secrets, by the JSON key they generate."""
+    return {s["Properties"]["GenerateSecretString"]["GenerateStringKey"]: k
+            for k, s in _resources(template, "AWS::SecretsManager::Secret").items()}
+
+
 def test_external_secrets_reads_only_the_gateway_secrets(template, variant) -> None:
     (statement,) = _secret_policy(template)
     assert statement["Action"] == "secretsmanager:GetSecretValue"
-    (secret_id,) = _resources(template, "AWS::SecretsManager::Secret")
-    assert statement["Resource"] == {"Ref": secret_id}  # the generated secret's full ARN
+    ids = _secret_ids(template)
+    # the generated secrets' full ARNs: the API keys and the Redis password
+    assert statement["Resource"] == [{"Ref": ids["default"]}, {"Ref": ids["password"]}]
     (statement,) = _secret_policy(variant)
     resources = json.dumps(statement["Resource"])
     assert statement["Action"] == "secretsmanager:GetSecretValue"
     assert ":secret:prod/gateway-keys-??????" in resources and f":secret:{LANGFUSE}-??????" in resources
+    assert {"Ref": _secret_ids(variant)["password"]} in statement["Resource"]
     assert "*" not in resources
     associations = _resources(template, "AWS::EKS::PodIdentityAssociation")
     assert [(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]) for a in associations.values()] == [
@@ -142,10 +150,30 @@ def test_external_secrets_reads_only_the_gateway_secrets(template, variant) -> N
 
 
 def test_generated_api_key_never_in_the_template(template) -> None:
-    (secret,) = _resources(template, "AWS::SecretsManager::Secret").values()
+    secrets = _resources(template, "AWS::SecretsManager::Secret")
+    secret = secrets[_secret_ids(template)["default"]]
     generate = secret["Properties"]["GenerateSecretString"]
     assert generate["GenerateStringKey"] == "default" and generate["PasswordLength"] == 48
-    assert "SecretString" not in secret["Properties"]
+    assert all("SecretString" not in s["Properties"] for s in secrets.values())
+
+
+def test_redis_password_generated_and_wired(template) -> None:
+    """A generated 48-character password of letters and digits (envoyproxy/ratelimit splits REDIS_AUTH
+    at ':' into user and password, src/redis/driver_impl.go createDialer at 1e50889b), named to the
+    project chart and read by Envoy Gateway's rate-limit service from the synced Secret."""
+    from gennstack.gateway.values import REDIS_AUTH_SECRET
+
+    redis_id = _secret_ids(template)["password"]
+    generate = _resources(template, "AWS::SecretsManager::Secret")[redis_id]["Properties"]["GenerateSecretString"]
+    assert generate["PasswordLength"] == 48 and generate["ExcludePunctuation"] is True
+    assert generate.get("IncludeSpace") is False and generate["SecretStringTemplate"] == "{}"
+    project = _charts(template)["gennstack-gateway"]
+    assert _values(project)["redis"]["remoteSecretName"] == "TOKEN" and redis_id in json.dumps(project["Values"])
+    eg = _values(_charts(template)["gateway-helm"])["config"]["envoyGateway"]
+    rate_limit = eg["provider"]["kubernetes"]["rateLimitDeployment"]
+    assert rate_limit["container"]["env"] == [{"name": "REDIS_AUTH", "valueFrom": {
+        "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]
+    assert rate_limit["pod"]["nodeSelector"] == {"gennstack.io/pool": "system"}
 
 
 def test_chart_order(template) -> None:

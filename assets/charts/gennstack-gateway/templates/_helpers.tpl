@@ -51,3 +51,54 @@ app.kubernetes.io/part-of: gennstack
 {{- define "gennstack-gateway.redisName" -}}
 {{- printf "%s-redis" (include "gennstack-gateway.fullname" .) }}
 {{- end }}
+
+{{/* Name of the Gateway-wide BackendTrafficPolicy that holds the per-client rate limits. */}}
+{{- define "gennstack-gateway.limitsPolicy" -}}
+{{- printf "%s-limits" (include "gennstack-gateway.gatewayName" .) }}
+{{- end }}
+
+{{/* Name of the Redis password Secret (in the chart's namespace and the proxies'). */}}
+{{- define "gennstack-gateway.redisAuthSecret" -}}
+{{- printf "%s-redis-auth" (include "gennstack-gateway.fullname" .) }}
+{{- end }}
+
+{{/*
+Retries and health checks of one HTTPRoute rule set: (dict "r" .Values.resilience "extraStatus" LIST).
+panicThreshold 0: Envoy never spreads traffic over unhealthy hosts (Envoy Gateway v1.8.3 sets the
+cluster's healthy_panic_threshold only when the value is not Envoy's default, 50).
+*/}}
+{{- define "gennstack-gateway.backendTraffic" -}}
+{{- $r := .r -}}
+retry:
+  numRetries: {{ $r.retries }}
+  numAttemptsPerPriority: {{ $r.attemptsPerPriority }}
+  perRetry:
+    # The per-try timeout covers the whole response: it must not cut a long stream.
+    timeout: {{ $r.requestTimeout }}
+    backOff:
+      baseInterval: 100ms
+      maxInterval: 1s
+  retryOn:
+    triggers: [connect-failure, reset, retriable-status-codes]
+    httpStatusCodes:
+      {{- toYaml (concat $r.retryOnStatus .extraStatus) | nindent 6 }}
+healthCheck:
+  panicThreshold: 0
+  active:
+    type: HTTP
+    interval: {{ $r.healthCheck.interval }}
+    timeout: 2s
+    unhealthyThreshold: {{ $r.healthCheck.unhealthyThreshold }}
+    healthyThreshold: {{ $r.healthCheck.healthyThreshold }}
+    http:
+      path: {{ $r.healthCheck.path }}
+      expectedStatuses: [200]
+  passive:
+    consecutive5XxErrors: {{ $r.outlier.consecutive5xx }}
+    consecutiveGatewayErrors: {{ $r.outlier.consecutiveGatewayErrors }}
+    splitExternalLocalOriginErrors: true
+    consecutiveLocalOriginFailures: 1
+    interval: 2s
+    baseEjectionTime: {{ $r.outlier.baseEjectionTime }}
+    maxEjectionPercent: 100
+{{- end }}
