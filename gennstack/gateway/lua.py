@@ -10,13 +10,15 @@ SOURCE = r"""
 -- Plain Envoy cannot read a request body for routing. This script runs twice:
 --   * downstream (before routing): it validates the whole body as JSON (a small recursive-descent
 --     parser, since Envoy's Lua has no JSON library), answers 400 for malformed JSON or a missing
---     "model", 404 for a model the routing table does not know, and otherwise sets the
+--     "model", 404 for a path outside PATHS or a model the routing table does not know (with the
+--     AI Gateway's own texts), and otherwise sets the
 --     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and clears the
 --     route cache so the router matches on it;
 --   * upstream (after a backend has been picked, once per attempt): when the chosen backend serves
 --     another model name than the client asked for (an alias such as gennstack-default, or a
 --     fallback), it rewrites "model" in the body, as the AI Gateway's modelNameOverride does.
--- The Python side prepends `local MODELS = {...}` and `local MODE = "downstream"|"upstream"`.
+-- The Python side prepends `local MODE = "downstream"|"upstream"`, `local MODELS = {...}`,
+-- `local PATHS = {...}` (the accepted POST paths) and `local NO_ROUTE = "..."`.
 
 local MAX_DEPTH = 64
 
@@ -188,7 +190,13 @@ local function downstream(handle)
   headers:remove("x-ai-eg-model") -- never trust a client's copy
   headers:remove("x-gennstack-served-model")
   local path = headers:get(":path") or ""
-  if headers:get(":method") ~= "POST" or path:sub(1, 4) ~= "/v1/" then return end
+  local bare = path:match("^[^?]*")
+  local method = headers:get(":method")
+  if method == "GET" and bare == "/v1/models" then return end
+  if method ~= "POST" or not PATHS[bare] then
+    -- the AI Gateway's external processor's answer to a path it has no processor for
+    return reject(handle, 404, "unsupported path: " .. path)
+  end
   local body = handle:body() -- yields until the whole body is buffered
   headers = handle:headers() -- objects from before a yield are out of scope after it
   if body == nil or body:length() == 0 then
@@ -201,7 +209,7 @@ local function downstream(handle)
   if kind == nil then return reject(handle, 400, 'the request body has no "model"') end
   if kind ~= "string" or model == "" then return reject(handle, 400, '"model" must be a non-empty string') end
   if not MODELS[model] then
-    return reject(handle, 404, "model '" .. model .. "' is not served here; available: " .. MODEL_LIST)
+    return reject(handle, 404, NO_ROUTE)
   end
   headers:replace("x-ai-eg-model", model)
   handle:clearRouteCache()
