@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from gennstack.gateway.config import GatewayConfig, RoutingTable
+from gennstack.gateway.envoy_common import CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR, local_reply_config
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
 # and the Redis URL below are derived from them, so they are fixed, not configurable.
@@ -20,6 +21,7 @@ EXTERNAL_SECRETS_NAMESPACE = "external-secrets"
 EXTERNAL_SECRETS_SERVICE_ACCOUNT = "external-secrets"
 GATEWAY_RELEASE = "gennstack-gateway"  # the project chart's release; its fullname is the same
 CLIENT_HEADER = "x-gennstack-client"
+GATEWAY_LISTENER = "https"  # the Gateway's one listener (templates/gateway.yaml)
 
 
 def _duration(seconds: int) -> str:
@@ -126,6 +128,17 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         },
         "nodeSelector": dict(system_node_selector or {}),
         "tolerations": list(system_tolerations or []),
+        "envoyPatches": envoy_patch_values(),
+    }
+
+
+def envoy_patch_values() -> dict[str, Any]:
+    """What templates/patches.yaml writes into Envoy's xDS: the same overprovisioning factor and
+    local reply config as the local gateway (gennstack/gateway/envoy_common.py)."""
+    return {
+        "overprovisioningFactor": OVERPROVISIONING_FACTOR,
+        "listener": GATEWAY_LISTENER,
+        "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S),
     }
 
 
