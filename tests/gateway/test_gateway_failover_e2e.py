@@ -212,3 +212,41 @@ def test_a_failed_attempt_is_retried_at_the_same_priority_first(fleet, attempts_
     else:
         assert served[P1] == failed_first  # every failed attempt's retry went to priority 1
         assert all(attempts <= 2 for _, _, attempts in outcomes)
+
+
+@pytest.mark.parametrize("status", [429, 400])
+def test_a_backends_own_4xx_goes_to_the_client_unchanged(fleet, status) -> None:
+    """A model server's own 429 (busy) or 400 (e.g. the prompt is longer than its context) is not
+    retried (retry_on_status holds 5xx only) and reaches the client as the server wrote it: the
+    gateway's local reply mapper touches only answers Envoy makes itself (no Retry-After is added)."""
+    f = fleet({P0_BIG: 1}, (P0_BIG, ("--fault", f"http:{status}:1")))
+
+    async def go():
+        async with aiohttp.ClientSession() as session, session.post(
+                f.gw.base_url + "/chat/completions", data=json.dumps({"model": P0_BIG, "max_tokens": 1})) as resp:
+            return resp.status, dict(resp.headers), await resp.json(content_type=None)
+
+    got, headers, body = asyncio.run(go())
+    assert got == status and headers["x-envoy-attempt-count"] == "1" and "retry-after" not in {h.lower() for h in headers}
+    assert body == {"error": {"message": f"injected HTTP {status}", "code": status}}
+    assert f.seen() == {P0_BIG: 1}
+
+
+def test_no_server_left_is_a_503_json_error(fleet) -> None:
+    """Every server of every priority of a model down: Envoy answers 503 itself, as an OpenAI-style
+    JSON error, at once (no healthy host to try)."""
+    from gennstack.gateway.envoy_common import ERRORS
+
+    f = fleet({P0_BIG: 2})
+    f.kill(P0_BIG, 2)
+
+    async def go():
+        async with aiohttp.ClientSession() as session, session.post(
+                f.gw.base_url + "/chat/completions", data=json.dumps({"model": P0_BIG, "max_tokens": 1})) as resp:
+            return resp.status, resp.headers["content-type"], await resp.json(content_type=None)
+
+    started = time.monotonic()
+    status, content_type, body = asyncio.run(go())
+    assert status == 503 and content_type == "application/json"
+    assert body == {"error": {"message": ERRORS[503][2], "type": "server_error", "code": "upstream_unavailable"}}
+    assert time.monotonic() - started < 2
