@@ -194,3 +194,12 @@ def test_the_factor_bound_follows_the_config_limits() -> None:
     G6eServing.model_validate({"replicas": MAX_HOSTS_PER_BACKEND})
     with pytest.raises(ValidationError):
         G6eServing.model_validate({"replicas": MAX_HOSTS_PER_BACKEND + 1})
+
+
+def test_cluster_has_no_panic_mode_either(docs) -> None:
+    """Failover rule 5 in the cluster: the BackendTrafficPolicy's healthCheck.panicThreshold is 0
+    (set by the g-chart change to templates/policies.yaml), which Envoy Gateway v1.8.3 writes into
+    every cluster's common_lb_config.healthy_panic_threshold (internal/xds/translator/cluster.go:
+    any value other than 50 is set), as the local bootstrap has it."""
+    (policy,) = docs["BackendTrafficPolicy"]
+    assert policy["spec"]["healthCheck"]["panicThreshold"] == 0
