@@ -19,6 +19,15 @@ the cluster (Envoy Gateway v1.8.3 + AI Gateway v1.1.0, patched by the project ch
   "code"}}``, and a 429 carries ``Retry-After``, so OpenAI SDKs raise the right exception class
   and retry after the right pause. Answers from model servers are never rewritten: Envoy applies
   the mapper to local replies only.
+
+Why an EnvoyPatchPolicy on the listener's HTTP connection manager rather than Envoy Gateway
+v1.8.3's native BackendTrafficPolicy ``responseOverride``: that one (internal/xds/translator/
+custom_response.go) can match local replies, but its body is one fixed text (or ConfigMap) per
+rule, so the filters' own messages (which model is unknown, what is wrong with the JSON) would be
+lost, and it is set per route; ``local_reply_config`` wraps each local reply's own text
+(``%LOCAL_REPLY_BODY%``) and covers every route of the listener, and it is the very field the
+tests exercise on the real local Envoy (401 from api_key_auth, 429 from the rate limit, 404, 413,
+503), so the cluster gets exactly what is tested.
 """
 
 from __future__ import annotations
