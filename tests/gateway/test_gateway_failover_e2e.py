@@ -189,7 +189,8 @@ def test_every_p0_target_down_sends_everything_to_p1(fleet) -> None:
 @pytest.mark.parametrize("attempts_per_priority", [2, 1])
 def test_a_failed_attempt_is_retried_at_the_same_priority_first(fleet, attempts_per_priority) -> None:
     """Statement 4: gpt-oss-20b's server passes its health check but answers every request 503
-    (outlier ejection set out of reach, so it keeps being picked). With attempts_per_priority 2
+    (outlier ejection at its config maximum, 100 consecutive errors, so it is picked for about the
+    first 100 requests). With attempts_per_priority 2
     (the default) the first retry stays at priority 0: on llama-4-maverick, or, when Envoy's 5 host
     picks (Envoy Gateway's fixed host_selection_retry_max_attempts) all land on the failed server
     again, on that server; priority 1 is tried only from the third attempt. With 1 every retry
