@@ -1,27 +1,33 @@
 """The local gateway: the cluster's routing table served by a real Envoy on this machine.
 
 :func:`envoy_bootstrap` turns a :class:`~gennstack.gateway.config.RoutingTable` and a map of
-backend name -> OpenAI-compatible endpoint URL into a static Envoy bootstrap that behaves like the
-cluster's Envoy AI Gateway:
+backend name -> OpenAI-compatible endpoint URL(s) into a static Envoy bootstrap that behaves like
+the cluster's Envoy Gateway + AI Gateway:
 
 * **routing on the body's "model"**: a Lua filter parses the JSON body (Envoy has no JSON routing of
   its own) and sets ``x-ai-eg-model``, the header the AI Gateway routes on; routes match it exactly;
-* **one Envoy cluster per route**, each backend a locality with its ``priority`` and
-  ``load_balancing_weight`` (the shape the AI Gateway's extension server gives a rule's cluster), so
-  the split is Envoy's locality-weighted balancing and failover is Envoy's priority spill-over;
-* **retries** on connect failure, reset and 502/503/504 with ``previous_priorities`` (move to the
-  next priority after ``attempts_per_priority`` attempts) and ``previous_hosts``; **active health
-  checks** on the backends' health path; **outlier ejection**; a **stream idle timeout**;
+  unknown models and paths get the AI Gateway's own 404 texts; streaming chat completions get
+  ``stream_options.include_usage`` as the AI Gateway adds it;
+* **one Envoy cluster per route**, each backend a locality (one host per URL, like one per pod of a
+  headless Service) with its ``priority`` and ``load_balancing_weight`` (the shape the AI Gateway's
+  extension server gives a rule's cluster), balanced as Envoy Gateway does by default (least
+  request, locality-weighted), with the overprovisioning factor and panic threshold shared with
+  the cluster (:mod:`gennstack.gateway.envoy_common`): the failover rules of docs/gateway.md;
+* **retries** as Envoy Gateway builds them (connect failure, reset and the configured 5xx;
+  ``previous_hosts`` with 5 host picks, ``previous_priorities`` every ``attempts_per_priority``
+  attempts, 1024 retries in flight); **active health checks**; **outlier ejection**; a **stream
+  idle timeout**;
 * the chosen backend's model name is written into the body by an upstream Lua filter (the AI
   Gateway's ``modelNameOverride``), read from the endpoint's metadata by an upstream header filter;
-* a **local rate limit** (token bucket, 429), a **body size limit** (413), and OpenAI-style JSON
-  error bodies for every answer Envoy gives itself.
+* **API keys** (Envoy's api_key_auth, as Envoy Gateway's SecurityPolicy makes it) and a **request
+  budget** per client for all routes together (local_ratelimit with a descriptor per client), or,
+  without keys, one budget for everybody; a **body size limit** (413); OpenAI-style JSON error
+  bodies with Retry-After on 429 for every answer Envoy gives itself.
 
 What it relies on: Envoy buffers a request before a retry can be made, so a stream can be retried
 only until its response headers have been sent; after that a failing backend ends the client's
 stream early (the client sees a truncated stream, never a silent success).
 """
-
 from __future__ import annotations
 
 import json
