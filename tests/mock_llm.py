@@ -63,3 +63,54 @@ def mock_servers() -> Iterator[Callable[..., MockServer]]:
                     proc.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+class RecordingServer:
+    """An in-process OpenAI-compatible chat server on 127.0.0.1 that keeps the headers and the body
+    of every POST it gets (``seen``) and answers each with one non-streaming completion of
+    ``completion_tokens`` tokens (whatever the request asked); ``GET`` (the health check) is 200.
+    Use as a context manager; ``base_url`` ends in ``/v1``."""
+
+    def __init__(self, completion_tokens: int = 1) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: list[tuple[dict[str, str], bytes]] = []
+        self.seen = seen
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _json(self, status: int, obj: dict) -> None:
+                body = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                self._json(200, {"status": "ok"})
+
+            def do_POST(self) -> None:  # noqa: N802
+                raw = self.rfile.read(int(self.headers["content-length"]))
+                seen.append(({k.lower(): v for k, v in self.headers.items()}, raw))
+                model = json.loads(raw).get("model", "")
+                self._json(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": model,
+                                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
+                                              "finish_reason": "stop"}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": completion_tokens,
+                                           "total_tokens": 1 + completion_tokens}})
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> RecordingServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

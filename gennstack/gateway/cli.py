@@ -19,7 +19,17 @@ from typing import Any
 
 from gennstack.config_base import frozen
 from gennstack.gateway.config import GatewayConfig, routing_table
-from gennstack.gateway.local import EndpointError, LocalGateway, LocalSettings, describe, envoy_bootstrap, parse_endpoint_args
+from gennstack.gateway.local import (
+    EndpointError,
+    LocalGateway,
+    LocalSettings,
+    access_summary,
+    describe,
+    envoy_bootstrap,
+    merge_endpoints,
+    parse_api_keys,
+    parse_endpoint_args,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,13 +39,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     local = commands.add_parser("local", help="run the gateway's routing on a local Envoy",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     local.add_argument("--endpoint", action="append", default=[], metavar="MODEL=URL",
-                       help="an OpenAI-compatible server for one model of the routing table (repeatable)")
-    local.add_argument("--file", type=Path, help="YAML/JSON with `endpoints: {MODEL: URL}` and optionally `gateway:` "
+                       help="an OpenAI-compatible server for one model of the routing table (repeatable; "
+                            "the same MODEL again adds a server, like another pod)")
+    local.add_argument("--api-key", action="append", default=[], metavar="CLIENT=KEY",
+                       help="a client's API key (repeatable); with none, the gateway is open to anybody on this machine")
+    local.add_argument("--file", type=Path, help="YAML/JSON with `endpoints: {MODEL: URL or [URL, ...]}`, optionally "
+                                                  "`api_keys: {CLIENT: KEY}` and `gateway:` "
                                                   "(the gateway config section: models, aliases, fallbacks, ...)")
     local.add_argument("--port", type=int, default=8080, help="port to listen on, 127.0.0.1 (default: %(default)s)")
     local.add_argument("--admin-port", type=int, default=9901, help="Envoy admin port, 127.0.0.1 (default: %(default)s)")
-    local.add_argument("--rate-limit", type=int, default=600, metavar="N",
-                       help="requests allowed per --rate-limit-interval, all clients together; 0: off (default: %(default)s)")
+    local.add_argument("--rate-limit", type=int, default=None, metavar="N",
+                       help="requests allowed per --rate-limit-interval, per client with API keys (all clients "
+                            "together without); 0: off (default: the config's rate_limit.requests_per_minute per 60 s)")
     local.add_argument("--rate-limit-interval", type=float, default=60.0, metavar="SECONDS", help="(default: %(default)s)")
     local.add_argument("--demo", action="store_true",
                        help="start SmolLM2-135M (llama.cpp server on 127.0.0.1:--demo-port) as the endpoint of every model")
@@ -54,8 +69,11 @@ def _load_file(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(text)
     else:
         data = json.loads(text)
-    if not isinstance(data, dict) or set(data) - {"endpoints", "gateway"}:
-        raise EndpointError(f"{path}: expected an object with `endpoints` and optionally `gateway`")
+    if not isinstance(data, dict) or set(data) - {"endpoints", "gateway", "api_keys"}:
+        raise EndpointError(f"{path}: expected an object with `endpoints` and optionally `api_keys` and `gateway`")
+    keys = data.get("api_keys") or {}
+    if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        raise EndpointError(f"{path}: api_keys: expected {{CLIENT: KEY}} with string ids and keys")
     return data
 
 
@@ -108,11 +126,12 @@ def run_local(args: argparse.Namespace) -> int:
             gateway_data = {**gateway_data, "resilience": {**gateway_data.get("resilience", {}), "health_path": health_path}}
         gateway = GatewayConfig.model_validate(gateway_data)
         table = routing_table(gateway)
-        endpoints = {**{k: str(v) for k, v in (data.get("endpoints") or {}).items()}, **parse_endpoint_args(args.endpoint)}
+        endpoints = merge_endpoints(data.get("endpoints") or {}, parse_endpoint_args(args.endpoint))
+        api_keys = parse_api_keys(data.get("api_keys") or {}, args.api_key)
         if args.demo:
-            demo, url = start_demo_backend(args.demo_port)
-            endpoints = {**{name: url for name in table.backends}, **endpoints}
-        settings = LocalSettings(listen_port=args.port, admin_port=args.admin_port,
+            demo, demo_url = start_demo_backend(args.demo_port)
+            endpoints = {**{name: [demo_url] for name in table.backends}, **endpoints}
+        settings = LocalSettings(listen_port=args.port, admin_port=args.admin_port, api_keys=api_keys,
                                  rate_limit_requests=args.rate_limit, rate_limit_interval_s=args.rate_limit_interval)
         bootstrap = envoy_bootstrap(table, endpoints, gateway, settings)
         if args.print_config:
@@ -120,10 +139,11 @@ def run_local(args: argparse.Namespace) -> int:
             return 0
         if demo is not None:
             print("starting SmolLM2-135M on llama.cpp (first load takes a few seconds)...", flush=True)
-            wait_http(endpoints[next(iter(table.backends))].removesuffix("/v1") + "/v1/models", 120)
+            wait_http(demo_url.removesuffix("/v1") + "/v1/models", 120)
         with LocalGateway.start(bootstrap) as gw:
             print(f"GenNStack local gateway on {gw.base_url} (Envoy admin {gw.admin_url})")
             print(describe(table, endpoints))
+            print(access_summary(settings, gateway))
             print("stop with Ctrl-C", flush=True)
             stop = {"now": False}
             signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))

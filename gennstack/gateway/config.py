@@ -96,8 +96,9 @@ class ResilienceConfig(StrictModel):
     # Retries after the first attempt (each may go to another backend: connect failures,
     # resets and the status codes below).
     retries: Annotated[int, Field(ge=0, le=10)] = 3
-    # Attempts at one priority before the next priority is tried (Envoy's previous_priorities).
-    attempts_per_priority: Annotated[int, Field(ge=1, le=10)] = 1
+    # Attempts at one priority before the next priority is tried (Envoy's previous_priorities):
+    # 2 keeps the first retry at the same priority, on another server (previous_hosts).
+    attempts_per_priority: Annotated[int, Field(ge=1, le=10)] = 2
     retry_on_status: tuple[int, ...] = (502, 503, 504)
     # No byte for this long on a stream: Envoy resets it; before the first token that is a retry
     # on the next backend, after it the client sees the stream end early.

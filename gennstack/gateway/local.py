@@ -1,27 +1,33 @@
 """The local gateway: the cluster's routing table served by a real Envoy on this machine.
 
 :func:`envoy_bootstrap` turns a :class:`~gennstack.gateway.config.RoutingTable` and a map of
-backend name -> OpenAI-compatible endpoint URL into a static Envoy bootstrap that behaves like the
-cluster's Envoy AI Gateway:
+backend name -> OpenAI-compatible endpoint URL(s) into a static Envoy bootstrap that behaves like
+the cluster's Envoy Gateway + AI Gateway:
 
 * **routing on the body's "model"**: a Lua filter parses the JSON body (Envoy has no JSON routing of
   its own) and sets ``x-ai-eg-model``, the header the AI Gateway routes on; routes match it exactly;
-* **one Envoy cluster per route**, each backend a locality with its ``priority`` and
-  ``load_balancing_weight`` (the shape the AI Gateway's extension server gives a rule's cluster), so
-  the split is Envoy's locality-weighted balancing and failover is Envoy's priority spill-over;
-* **retries** on connect failure, reset and 502/503/504 with ``previous_priorities`` (move to the
-  next priority after ``attempts_per_priority`` attempts) and ``previous_hosts``; **active health
-  checks** on the backends' health path; **outlier ejection**; a **stream idle timeout**;
+  unknown models and paths get the AI Gateway's own 404 texts; streaming chat completions get
+  ``stream_options.include_usage`` as the AI Gateway adds it;
+* **one Envoy cluster per route**, each backend a locality (one host per URL, like one per pod of a
+  headless Service) with its ``priority`` and ``load_balancing_weight`` (the shape the AI Gateway's
+  extension server gives a rule's cluster), balanced as Envoy Gateway does by default (least
+  request, locality-weighted), with the overprovisioning factor and panic threshold shared with
+  the cluster (:mod:`gennstack.gateway.envoy_common`): the failover rules of docs/gateway.md;
+* **retries** as Envoy Gateway builds them (connect failure, reset and the configured 5xx;
+  ``previous_hosts`` with 5 host picks, ``previous_priorities`` every ``attempts_per_priority``
+  attempts, 1024 retries in flight); **active health checks**; **outlier ejection**; a **stream
+  idle timeout**;
 * the chosen backend's model name is written into the body by an upstream Lua filter (the AI
   Gateway's ``modelNameOverride``), read from the endpoint's metadata by an upstream header filter;
-* a **local rate limit** (token bucket, 429), a **body size limit** (413), and OpenAI-style JSON
-  error bodies for every answer Envoy gives itself.
+* **API keys** (Envoy's api_key_auth, as Envoy Gateway's SecurityPolicy makes it) and a **request
+  budget** per client for all routes together (local_ratelimit with a descriptor per client), or,
+  without keys, one budget for everybody; a **body size limit** (413); OpenAI-style JSON error
+  bodies with Retry-After on 429 for every answer Envoy gives itself.
 
 What it relies on: Envoy buffers a request before a retry can be made, so a stream can be retried
 only until its response headers have been sent; after that a failing backend ends the client's
 stream early (the client sees a truncated stream, never a silent success).
 """
-
 from __future__ import annotations
 
 import json
@@ -35,7 +41,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,23 +49,18 @@ from urllib.parse import urlsplit
 
 from gennstack.gateway import lua
 from gennstack.gateway.config import GatewayConfig, ResilienceConfig, RoutingTable
+from gennstack.gateway.envoy_common import (
+    MAX_HOSTS_PER_BACKEND,
+    local_reply_config,
+    local_retry_after_s,
+    overprovisioning_policy,
+)
+from gennstack.gateway.values import CLIENT_HEADER
 
 MODEL_HEADER = "x-ai-eg-model"
 SERVED_MODEL_HEADER = "x-gennstack-served-model"
 BACKEND_HEADER = "x-gennstack-backend"
 METADATA_NAMESPACE = "gennstack"
-
-# What each answer Envoy makes itself means, in OpenAI's error vocabulary (docs/gateway.md lists them).
-ERROR_TYPES: dict[int, tuple[str, str | None]] = {
-    400: ("invalid_request_error", None),
-    404: ("invalid_request_error", None),
-    413: ("invalid_request_error", "request body larger than the gateway accepts"),
-    429: ("rate_limit_exceeded", "rate limit exceeded; retry after the interval in x-ratelimit-reset"),
-    502: ("upstream_error", None),
-    503: ("upstream_unavailable", "no model server could take the request (all backends of this model failed)"),
-    504: ("upstream_timeout", "the model server did not answer in time"),
-}
-
 
 class EndpointError(ValueError):
     """An endpoint URL the local gateway cannot use."""
@@ -103,14 +104,29 @@ class LocalSettings:
 
     listen_port: int = 8080
     admin_port: int = 9901
-    # Local rate limit: a token bucket shared by all clients of this Envoy; 0 turns it off.
-    rate_limit_requests: int = 600
+    # Request budget (token bucket): per client when api_keys are set, else one for everybody;
+    # None: the config's rate_limit.requests_per_minute per 60 s; 0 turns it off.
+    rate_limit_requests: int | None = None
     rate_limit_interval_s: float = 60.0
+    # (client id, key) pairs: with any, a request needs `Authorization: Bearer <key>` (401 otherwise),
+    # the key is removed and the client id forwarded upstream in x-gennstack-client. None: open.
+    api_keys: tuple[tuple[str, str], ...] = ()
     connect_timeout_s: float = 1.0
     # Outlier and health-check cadence (seconds); the cluster's come from ResilienceConfig.
     outlier_interval_s: float = 1.0
     health_timeout_s: float = 1.0
     retry_base_interval_s: float = 0.05
+
+
+MAX_PARALLEL_RETRIES = 1024
+
+# The paths the local gateway forwards (POST, JSON body with "model"): the OpenAI endpoints of the
+# AI Gateway v1.1.0's external processor (cmd/extproc/mainlib/main.go) that vLLM also serves.
+# Anything else gets the AI Gateway's own "unsupported path" 404 (internal/extproc/server.go).
+ACCEPTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+# The AI Gateway v1.1.0's answer to a model no rule matches (internal/controller/ai_gateway_route.go).
+NO_ROUTE_MESSAGE = ("No matching route found. It is likely because the model specified in your request "
+                    "is not configured in the Gateway.")
 
 
 def _duration(seconds: float) -> str:
@@ -119,8 +135,9 @@ def _duration(seconds: float) -> str:
 
 def _lua_filter(name: str, mode: str, table: RoutingTable) -> dict[str, Any]:
     models = ", ".join(f"[{json.dumps(r.model)}] = true" for r in table.routes)
-    listing = ", ".join(r.model for r in table.routes)
-    prelude = f"local MODE = {json.dumps(mode)}\nlocal MODELS = {{{models}}}\nlocal MODEL_LIST = {json.dumps(listing)}\n"
+    paths = ", ".join(f"[{json.dumps(p)}] = true" for p in ACCEPTED_PATHS)
+    prelude = (f"local MODE = {json.dumps(mode)}\nlocal MODELS = {{{models}}}\nlocal PATHS = {{{paths}}}\n"
+               f"local NO_ROUTE = {json.dumps(NO_ROUTE_MESSAGE)}\n")
     return {
         "name": name,
         "typed_config": {
@@ -136,6 +153,8 @@ def _downstream_idle_s(resilience: ResilienceConfig) -> int:
 
 
 def _retry_policy(resilience: ResilienceConfig, settings: LocalSettings) -> dict[str, Any]:
+    """Envoy Gateway v1.8.3's retry policy (internal/xds/translator/route.go buildRetryPolicy):
+    previous_hosts with 5 host selection attempts, previous_priorities every attempts_per_priority."""
     return {
         "retry_on": "connect-failure,refused-stream,reset,retriable-status-codes",
         "retriable_status_codes": list(resilience.retry_on_status),
@@ -160,11 +179,10 @@ def _retry_policy(resilience: ResilienceConfig, settings: LocalSettings) -> dict
     }
 
 
-def _cluster(index: int, route, endpoints: Mapping[str, Endpoint], table: RoutingTable,
+def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], table: RoutingTable,
              resilience: ResilienceConfig, settings: LocalSettings) -> dict[str, Any]:
     localities = []
     for backend in route.backends:
-        endpoint = endpoints[backend.backend]
         localities.append({
             "locality": {"zone": backend.backend},
             "priority": backend.priority,
@@ -172,7 +190,7 @@ def _cluster(index: int, route, endpoints: Mapping[str, Endpoint], table: Routin
             "lb_endpoints": [{
                 "endpoint": {"address": {"socket_address": {"address": endpoint.host, "port_value": endpoint.port}}},
                 "metadata": {"filter_metadata": {METADATA_NAMESPACE: {"backend": backend.backend, "model": backend.served_model}}},
-            }],
+            } for endpoint in endpoints[backend.backend]],
         })
     upstream_filters = [
         {
@@ -193,10 +211,23 @@ def _cluster(index: int, route, endpoints: Mapping[str, Endpoint], table: Routin
         "name": f"route-{index}",
         "type": "STATIC",
         "connect_timeout": _duration(settings.connect_timeout_s),
-        "lb_policy": "ROUND_ROBIN",
-        # No panic routing to hosts known to be down: fail over or answer 503.
-        "common_lb_config": {"locality_weighted_lb_config": {}, "healthy_panic_threshold": {"value": 0}},
-        "load_assignment": {"cluster_name": f"route-{index}", "endpoints": localities},
+        # Envoy Gateway v1.8.3's default (internal/xds/translator/cluster.go, no loadBalancer set):
+        # least_request with locality-weighted localities.
+        "load_balancing_policy": {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.least_request",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                "locality_lb_config": {"locality_weighted_lb_config": {}},
+            },
+        }}]},
+        # No panic routing to hosts known to be down: fail over or answer 503 (the cluster's
+        # BackendTrafficPolicy healthCheck.panicThreshold: 0).
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        # Envoy Gateway v1.8.3 always allows 1024 retries in flight (cluster.go
+        # buildXdsClusterCircuitBreaker); Envoy's default of 3 would answer 503 instead of retrying
+        # when several streams lose a server at once.
+        "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_retries": MAX_PARALLEL_RETRIES}]},
+        "load_assignment": {"cluster_name": f"route-{index}", "endpoints": localities, "policy": overprovisioning_policy()},
         "health_checks": [{
             "timeout": _duration(settings.health_timeout_s),
             "interval": _duration(resilience.health_interval_s),
@@ -226,38 +257,69 @@ def _cluster(index: int, route, endpoints: Mapping[str, Endpoint], table: Routin
     }
 
 
-def _local_reply_config() -> dict[str, Any]:
-    def body(error_type: str) -> dict[str, Any]:
-        return {"json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": error_type, "code": "%RESPONSE_CODE%"}},
-                "content_type": "application/json"}
-
-    mappers = []
-    for status, (error_type, message) in ERROR_TYPES.items():
-        mapper: dict[str, Any] = {
-            "filter": {"status_code_filter": {"comparison": {"op": "EQ", "value": {"default_value": status, "runtime_key": f"gennstack.reply_{status}"}}}},
-            "body_format_override": body(error_type),
-        }
-        if message is not None:
-            mapper["body"] = {"inline_string": message}
-        mappers.append(mapper)
-    # any other error Envoy answers itself; 2xx direct responses (GET /v1/models) stay as they are
-    mappers.append({
-        "filter": {"status_code_filter": {"comparison": {"op": "GE", "value": {"default_value": 400, "runtime_key": "gennstack.reply_other"}}}},
-        "body_format_override": body("gateway_error"),
-    })
-    return {"mappers": mappers}
+def _api_key_filter(settings: LocalSettings) -> dict[str, Any]:
+    """What Envoy Gateway v1.8.3 makes of the chart's SecurityPolicy apiKeyAuth
+    (internal/xds/translator/api_key_auth.go): credentials, the Authorization header as the key
+    source, the client id forwarded in x-gennstack-client and the credential hidden (sanitize)."""
+    return {
+        "name": "envoy.filters.http.api_key_auth",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth",
+            "credentials": [{"key": key, "client": client} for client, key in settings.api_keys],
+            "key_sources": [{"header": "Authorization"}],
+            "forwarding": {"header": CLIENT_HEADER, "hide_credentials": True},
+        },
+    }
 
 
-def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str], gateway: GatewayConfig,
+def _rate_limit_filter(requests: int, interval_s: float, clients: Sequence[str]) -> dict[str, Any]:
+    """Envoy's local rate limit: with clients, one token bucket per client id (a descriptor on
+    x-gennstack-client) for every route together, and the default bucket only for requests that
+    match no client (never reached behind api_key_auth); without, one bucket for everybody."""
+    bucket = {"max_tokens": requests, "tokens_per_fill": requests, "fill_interval": _duration(interval_s)}
+    config: dict[str, Any] = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+        "stat_prefix": "gateway_rate_limit",
+        "token_bucket": bucket,
+        "filter_enabled": {"runtime_key": "gennstack.rl_enabled", "default_value": {"numerator": 100, "denominator": "HUNDRED"}},
+        "filter_enforced": {"runtime_key": "gennstack.rl_enforced", "default_value": {"numerator": 100, "denominator": "HUNDRED"}},
+        "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
+    }
+    if clients:
+        config["descriptors"] = [{"entries": [{"key": "client", "value": client}], "token_bucket": dict(bucket)}
+                                 for client in clients]
+        config["always_consume_default_token_bucket"] = False
+        config["rate_limits"] = [{"actions": [{"request_headers": {"header_name": CLIENT_HEADER, "descriptor_key": "client"}}]}]
+    return {"name": "envoy.filters.http.local_ratelimit", "typed_config": config}
+
+
+def _endpoint_lists(endpoints: Mapping[str, str | Sequence[str]]) -> dict[str, tuple[Endpoint, ...]]:
+    parsed: dict[str, tuple[Endpoint, ...]] = {}
+    for name, urls in endpoints.items():
+        urls = [urls] if isinstance(urls, str) else list(urls)
+        if not urls:
+            raise EndpointError(f"endpoints.{name}: give at least one URL")
+        if len(urls) > MAX_HOSTS_PER_BACKEND:
+            raise EndpointError(f"endpoints.{name}: {len(urls)} URLs; at most {MAX_HOSTS_PER_BACKEND} "
+                                "(a model's replicas in the cluster)")
+        hosts = tuple(Endpoint.parse(url) for url in urls)
+        if len(set(hosts)) != len(hosts):
+            raise EndpointError(f"endpoints.{name}: {urls} lists one address twice")
+        parsed[name] = hosts
+    return parsed
+
+
+def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[str]], gateway: GatewayConfig,
                     settings: LocalSettings = LocalSettings()) -> dict[str, Any]:
-    """The Envoy bootstrap (as a dict, written as JSON) for ``table`` with ``endpoints`` by backend name.
+    """The Envoy bootstrap (as a dict, written as JSON) for ``table`` with ``endpoints`` (one URL
+    or a list: one Envoy host each, like the pods of a headless Service) by backend name.
 
     Routes whose backends have no endpoint lose those backends; a route left with none is dropped.
     """
     unknown = sorted(set(endpoints) - set(table.backends))
     if unknown:
         raise EndpointError(f"no model named {unknown} in the routing table; known: {sorted(table.backends)}")
-    parsed = {name: Endpoint.parse(url) for name, url in endpoints.items()}
+    parsed = _endpoint_lists(endpoints)
     routes = []
     for route in table.routes:
         kept = tuple(b for b in route.backends if b.backend in parsed)
@@ -293,26 +355,17 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str], gateway: 
         {"name": "models", "match": {"path": "/v1/models", "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
          "direct_response": {"status": 200, "body": {"inline_string": json.dumps(models_listing)}},
          "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}}]},
+        # the Lua router answers every other path and unknown model itself; this catches the rest
         {"name": "not-found", "match": {"prefix": "/"},
-         "direct_response": {"status": 404, "body": {"inline_string": "no such path; the gateway serves POST /v1/... and GET /v1/models"}}},
+         "direct_response": {"status": 404, "body": {"inline_string": NO_ROUTE_MESSAGE}}},
     ]
     http_filters: list[dict[str, Any]] = []
-    if settings.rate_limit_requests > 0:
-        http_filters.append({
-            "name": "envoy.filters.http.local_ratelimit",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
-                "stat_prefix": "gateway_rate_limit",
-                "token_bucket": {
-                    "max_tokens": settings.rate_limit_requests,
-                    "tokens_per_fill": settings.rate_limit_requests,
-                    "fill_interval": _duration(settings.rate_limit_interval_s),
-                },
-                "filter_enabled": {"runtime_key": "gennstack.rl_enabled", "default_value": {"numerator": 100, "denominator": "HUNDRED"}},
-                "filter_enforced": {"runtime_key": "gennstack.rl_enforced", "default_value": {"numerator": 100, "denominator": "HUNDRED"}},
-                "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
-            },
-        })
+    if settings.api_keys:
+        http_filters.append(_api_key_filter(settings))
+    requests = gateway.rate_limit.requests_per_minute if settings.rate_limit_requests is None else settings.rate_limit_requests
+    interval_s = 60.0 if settings.rate_limit_requests is None else settings.rate_limit_interval_s
+    if requests > 0:
+        http_filters.append(_rate_limit_filter(requests, interval_s, [client for client, _ in settings.api_keys]))
     http_filters += [
         {"name": "envoy.filters.http.buffer",
          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
@@ -334,7 +387,7 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str], gateway: 
                         "stat_prefix": "gateway",
                         "codec_type": "AUTO",
                         "stream_idle_timeout": _duration(_downstream_idle_s(resilience)),
-                        "local_reply_config": _local_reply_config(),
+                        "local_reply_config": local_reply_config(local_retry_after_s(requests, interval_s) if requests > 0 else 1),
                         "route_config": {"name": "gateway", "virtual_hosts": [{
                             "name": "gateway", "domains": ["*"], "routes": vhost_routes,
                             "include_attempt_count_in_response": True,
@@ -419,11 +472,13 @@ class LocalGateway:
             data = json.loads(resp.read())
         return int(data["listener_statuses"][0]["local_address"]["socket_address"]["port_value"])
 
-    def host_health(self) -> dict[str, bool]:
-        """``backend name -> healthy`` for every backend endpoint of every route (all must agree)."""
+    def host_health(self) -> dict[str, bool | None]:
+        """``host:port -> healthy`` for every backend server: True when every route's cluster sees it
+        healthy, False when every one sees it down, None while they disagree (each cluster health
+        checks its own copy of a server, on its own schedule)."""
         with urllib.request.urlopen(self.admin_url + "/clusters?format=json", timeout=5) as resp:
             data = json.loads(resp.read())
-        health: dict[str, bool] = {}
+        seen: dict[str, set[bool]] = {}
         for cluster in data.get("cluster_statuses", []):
             for host in cluster.get("host_statuses", []):
                 address = host["address"]["socket_address"]
@@ -431,9 +486,8 @@ class LocalGateway:
                 bad = any(status.get(flag) for flag in ("failed_active_health_check", "failed_outlier_check",
                                                         "failed_eds_health", "pending_dynamic_removal"))
                 bad = bad or status.get("eds_health_status") not in (None, "HEALTHY")
-                key = f"{address['address']}:{address['port_value']}"
-                health[key] = health.get(key, True) and not bad
-        return health
+                seen.setdefault(f"{address['address']}:{address['port_value']}", set()).add(not bad)
+        return {key: (next(iter(states)) if len(states) == 1 else None) for key, states in seen.items()}
 
     def wait_healthy(self, timeout_s: float = 20.0, *, expect: Mapping[str, bool] | None = None) -> dict[str, bool]:
         """Wait until every backend (or those in ``expect``, by ``host:port``) has the expected health."""
@@ -476,23 +530,76 @@ class LocalGateway:
         self.stop()
 
 
-def parse_endpoint_args(values: list[str]) -> dict[str, str]:
-    """``MODEL=URL`` pairs from the command line."""
-    endpoints: dict[str, str] = {}
+def parse_endpoint_args(values: list[str]) -> dict[str, list[str]]:
+    """``MODEL=URL`` pairs from the command line; a MODEL given again adds a server."""
+    endpoints: dict[str, list[str]] = {}
     for value in values:
         name, sep, url = value.partition("=")
         if not sep or not name or not url:
             raise EndpointError(f"--endpoint {value!r}: expected MODEL=URL, e.g. gpt-oss-20b=http://127.0.0.1:8000/v1")
-        if name in endpoints:
-            raise EndpointError(f"--endpoint: {name!r} given twice")
-        endpoints[name] = url
+        endpoints.setdefault(name, []).append(url)
     return endpoints
+
+
+def merge_endpoints(from_file: Mapping[str, Any], from_flags: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """The file's ``endpoints`` (``MODEL: URL`` or ``MODEL: [URL, ...]``), then the flags' servers."""
+    merged: dict[str, list[str]] = {}
+    for name, urls in from_file.items():
+        if isinstance(urls, str):
+            urls = [urls]
+        if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
+            raise EndpointError(f"endpoints.{name}: {urls!r}: expected a URL or a list of URLs")
+        merged[str(name)] = list(urls)
+    for name, urls in from_flags.items():
+        merged.setdefault(name, []).extend(urls)
+    return merged
+
+
+_CLIENT_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def parse_api_keys(from_file: Mapping[str, str], values: list[str]) -> tuple[tuple[str, str], ...]:
+    """``CLIENT=KEY`` pairs (flags) after the file's ``api_keys: {CLIENT: KEY}``; each client once,
+    each key once (Envoy's api_key_auth maps a key to exactly one client)."""
+    pairs = list(from_file.items())
+    for value in values:
+        client, sep, key = value.partition("=")
+        if not sep or not client or not key:
+            raise EndpointError(f"--api-key {value[:len(client) + 1]!r}...: expected CLIENT=KEY, e.g. app-1=sk-local-1")
+        pairs.append((client, key))
+    seen_clients: set[str] = set()
+    seen_keys: set[str] = set()
+    for client, key in pairs:
+        if not _CLIENT_RE.match(client):
+            raise EndpointError(f"api key client {client!r}: use 1-128 of letters, digits and ._- (it becomes the "
+                                f"{CLIENT_HEADER} header and the rate-limit key)")
+        if client in seen_clients:
+            raise EndpointError(f"api key client {client!r} given twice")
+        if key in seen_keys:
+            raise EndpointError(f"api key of client {client!r} is also another client's key")
+        if len(key) < 8 or any(c.isspace() for c in key):
+            raise EndpointError(f"api key of client {client!r}: at least 8 characters, no spaces")
+        seen_clients.add(client)
+        seen_keys.add(key)
+    return tuple(pairs)
+
+
+def access_summary(settings: LocalSettings, gateway: GatewayConfig) -> str:
+    """One line on who may call and how much: said on start."""
+    requests = gateway.rate_limit.requests_per_minute if settings.rate_limit_requests is None else settings.rate_limit_requests
+    interval = 60.0 if settings.rate_limit_requests is None else settings.rate_limit_interval_s
+    budget = f"{requests} requests per {interval:g} s" if requests > 0 else "no request limit"
+    if not settings.api_keys:
+        return (f"OPEN: no API keys (--api-key CLIENT=KEY), anybody on this machine may call; "
+                f"{budget} for all callers together")
+    clients = ", ".join(client for client, _ in settings.api_keys)
+    return f"API keys required (Authorization: Bearer <key>) for clients {clients}; {budget} per client, all models together"
 
 
 _SAFE = re.compile(r"^[A-Za-z0-9._:/-]+$")
 
 
-def describe(table: RoutingTable, endpoints: Mapping[str, str]) -> str:
+def describe(table: RoutingTable, endpoints: Mapping[str, str | Sequence[str]]) -> str:
     """A human summary of what the local gateway routes where."""
     lines = []
     for route in table.routes:
@@ -500,7 +607,8 @@ def describe(table: RoutingTable, endpoints: Mapping[str, str]) -> str:
         for b in route.backends:
             if b.backend not in endpoints:
                 continue
-            label = f"{b.backend} ({endpoints[b.backend]})"
+            urls = endpoints[b.backend]
+            label = f"{b.backend} ({urls if isinstance(urls, str) else ', '.join(urls)})"
             if len(route.backends) > 1:
                 label += f" weight {b.weight} priority {b.priority}"
             parts.append(label)

@@ -10,20 +10,25 @@ SOURCE = r"""
 -- Plain Envoy cannot read a request body for routing. This script runs twice:
 --   * downstream (before routing): it validates the whole body as JSON (a small recursive-descent
 --     parser, since Envoy's Lua has no JSON library), answers 400 for malformed JSON or a missing
---     "model", 404 for a model the routing table does not know, and otherwise sets the
+--     "model", 404 for a path outside PATHS or a model the routing table does not know (with the
+--     AI Gateway's own texts), sets stream_options.include_usage on streaming chat completions
+--     (as the AI Gateway does when token costs are configured), and otherwise sets the
 --     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and clears the
 --     route cache so the router matches on it;
 --   * upstream (after a backend has been picked, once per attempt): when the chosen backend serves
 --     another model name than the client asked for (an alias such as gennstack-default, or a
 --     fallback), it rewrites "model" in the body, as the AI Gateway's modelNameOverride does.
--- The Python side prepends `local MODELS = {...}` and `local MODE = "downstream"|"upstream"`.
+-- The Python side prepends `local MODE = "downstream"|"upstream"`, `local MODELS = {...}`,
+-- `local PATHS = {...}` (the accepted POST paths) and `local NO_ROUTE = "..."`.
 
 local MAX_DEPTH = 64
 
 local function parse(s)
-  -- Returns the top-level "model" value (or nil), its kind, and its byte span [first, last].
+  -- Returns the top-level "model" value (or nil), its kind, its byte span [first, last], and
+  -- FIELDS: every top-level key -> {kind = ..., first = ..., last = ...} (its value's span).
   local pos, n = 1, #s
   local model, kind, first, last = nil, nil, nil, nil
+  local fields = {}
   local str_value = nil
   local escapes = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' }
 
@@ -120,6 +125,7 @@ local function parse(s)
       ws()
       local start = pos
       local k = value(depth + 1)
+      if top then fields[key] = { kind = k, first = start, last = pos - 1 } end
       if top and key == "model" then
         kind, first, last = k, start, pos - 1
         if k == "string" then model = str_value end
@@ -167,7 +173,33 @@ local function parse(s)
   object(0, true)
   ws()
   if pos <= n then fail("unexpected data after the JSON object") end
-  return model, kind, first, last
+  return model, kind, first, last, fields
+end
+
+local function is_true(raw, field)
+  return field ~= nil and field.kind == "boolean" and raw:sub(field.first, field.last) == "true"
+end
+
+local function with_usage(raw, fields)
+  -- The AI Gateway's chat completions request rule (endpointspec.go): a streaming request gets
+  -- stream_options.include_usage = true, so that every stream ends with its token counts.
+  -- Returns the rewritten body, or nil when it needs no change.
+  if not is_true(raw, fields["stream"]) then return nil end
+  local options = fields["stream_options"]
+  if options == nil then
+    local open = raw:find("{", 1, true)
+    return raw:sub(1, open) .. '"stream_options":{"include_usage":true},' .. raw:sub(open + 1)
+  elseif options.kind == "null" then
+    return raw:sub(1, options.first - 1) .. '{"include_usage":true}' .. raw:sub(options.last + 1)
+  elseif options.kind == "object" then
+    local inner = raw:sub(options.first, options.last)
+    local _, _, _, _, inner_fields = parse(inner)
+    if is_true(inner, inner_fields["include_usage"]) then return nil end
+    -- appended last: JSON parsers keep the last of duplicate keys (Python's, Go's)
+    local empty = inner:sub(2, -2):find("[^ \t\r\n]") == nil
+    return raw:sub(1, options.last - 1) .. (empty and "" or ",") .. '"include_usage":true' .. raw:sub(options.last)
+  end
+  return nil -- another kind: the model server rejects it
 end
 
 local function quote(text)
@@ -188,20 +220,34 @@ local function downstream(handle)
   headers:remove("x-ai-eg-model") -- never trust a client's copy
   headers:remove("x-gennstack-served-model")
   local path = headers:get(":path") or ""
-  if headers:get(":method") ~= "POST" or path:sub(1, 4) ~= "/v1/" then return end
+  local bare = path:match("^[^?]*")
+  local method = headers:get(":method")
+  if method == "GET" and bare == "/v1/models" then return end
+  if method ~= "POST" or not PATHS[bare] then
+    -- the AI Gateway's external processor's answer to a path it has no processor for
+    return reject(handle, 404, "unsupported path: " .. path)
+  end
   local body = handle:body() -- yields until the whole body is buffered
   headers = handle:headers() -- objects from before a yield are out of scope after it
   if body == nil or body:length() == 0 then
     return reject(handle, 400, 'the request body is empty; send a JSON object with a "model"')
   end
-  local ok, model, kind = pcall(parse, body:getBytes(0, body:length()))
+  local raw = body:getBytes(0, body:length())
+  local ok, model, kind, _, _, fields = pcall(parse, raw)
   if not ok then
     return reject(handle, 400, "the request body is not valid JSON: " .. (type(model) == "table" and model.msg or tostring(model)))
   end
   if kind == nil then return reject(handle, 400, 'the request body has no "model"') end
   if kind ~= "string" or model == "" then return reject(handle, 400, '"model" must be a non-empty string') end
   if not MODELS[model] then
-    return reject(handle, 404, "model '" .. model .. "' is not served here; available: " .. MODEL_LIST)
+    return reject(handle, 404, NO_ROUTE)
+  end
+  if bare == "/v1/chat/completions" then
+    local rewritten = with_usage(raw, fields)
+    if rewritten ~= nil then
+      body:setBytes(rewritten)
+      headers:replace("content-length", tostring(#rewritten))
+    end
   end
   headers:replace("x-ai-eg-model", model)
   handle:clearRouteCache()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
+from gennstack.gateway.envoy_common import CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR, local_reply_config
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_object_name, rule_name
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
@@ -31,6 +32,7 @@ MIN_DRAIN_S = 30
 # (internal/infrastructure/kubernetes/ratelimit/resource.go rateLimitLabels), the only Redis clients.
 RATE_LIMIT_POD_LABELS = {"app.kubernetes.io/name": "envoy-ratelimit", "app.kubernetes.io/component": "ratelimit",
                          "app.kubernetes.io/managed-by": "envoy-gateway"}
+GATEWAY_LISTENER = "https"  # the Gateway's one listener (templates/gateway.yaml)
 
 
 def _duration(seconds: int) -> str:
@@ -160,6 +162,17 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         },
         "nodeSelector": dict(system_node_selector or {}),
         "tolerations": list(system_tolerations or []),
+        "envoyPatches": envoy_patch_values(),
+    }
+
+
+def envoy_patch_values() -> dict[str, Any]:
+    """What templates/patches.yaml writes into Envoy's xDS: the same overprovisioning factor and
+    local reply config as the local gateway (gennstack/gateway/envoy_common.py)."""
+    return {
+        "overprovisioningFactor": OVERPROVISIONING_FACTOR,
+        "listener": GATEWAY_LISTENER,
+        "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S),
     }
 
 

@@ -35,3 +35,72 @@ def test_errors_are_one_clear_line(capsys) -> None:
     assert "expected MODEL=URL" in capsys.readouterr().err
     assert main(["gateway", "local"]) == 2
     assert "give at least one MODEL=URL" in capsys.readouterr().err
+
+
+def _hcm(bootstrap: dict) -> dict:
+    return bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def test_api_keys_from_flags_and_file_give_per_client_buckets(tmp_path, capsys) -> None:
+    file = tmp_path / "local.yaml"
+    file.write_text("endpoints:\n  gpt-oss-20b: [http://127.0.0.1:8001/v1, http://127.0.0.1:8002/v1]\n"
+                    "api_keys:\n  app-1: sk-local-0001\n"
+                    "gateway:\n  rate_limit: {requests_per_minute: 30}\n")
+    assert main(["gateway", "local", "--file", str(file), "--api-key", "app-2=sk-local-0002",
+                 "--endpoint", "gpt-oss-20b=http://127.0.0.1:8003", "--print-config"]) == 0
+    bootstrap = json.loads(capsys.readouterr().out)
+    hcm = _hcm(bootstrap)
+    filters = {f["name"]: f["typed_config"] for f in hcm["http_filters"]}
+    assert list(filters) == ["envoy.filters.http.api_key_auth", "envoy.filters.http.local_ratelimit",
+                             "envoy.filters.http.buffer", "model-router", "envoy.filters.http.router"]
+    auth = filters["envoy.filters.http.api_key_auth"]
+    assert auth["credentials"] == [{"key": "sk-local-0001", "client": "app-1"}, {"key": "sk-local-0002", "client": "app-2"}]
+    assert auth["forwarding"] == {"header": "x-gennstack-client", "hide_credentials": True}
+    limit = filters["envoy.filters.http.local_ratelimit"]
+    # the config's requests_per_minute, per client, shared by every route of the listener
+    assert [d["entries"] for d in limit["descriptors"]] == [[{"key": "client", "value": "app-1"}], [{"key": "client", "value": "app-2"}]]
+    assert {d["token_bucket"]["max_tokens"] for d in limit["descriptors"]} == {30}
+    assert limit["token_bucket"]["fill_interval"] == "60s" and limit["always_consume_default_token_bucket"] is False
+    [mapper_429] = [m for m in hcm["local_reply_config"]["mappers"]
+                    if m["filter"]["status_code_filter"]["comparison"]["value"]["default_value"] == 429]
+    assert mapper_429["headers_to_add"][0]["header"] == {"key": "retry-after", "value": "2"}  # 60 s / 30
+    # three servers for gpt-oss-20b: the file's two, then the flag's
+    ports = [e["endpoint"]["address"]["socket_address"]["port_value"]
+             for e in bootstrap["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"]]
+    assert ports == [8001, 8002, 8003]
+
+
+def test_bad_api_keys_and_endpoints_are_one_clear_line(tmp_path, capsys) -> None:
+    cases = [
+        (["--api-key", "app-1"], "--api-key 'app-1'...: expected CLIENT=KEY"),
+        (["--api-key", "app-1=sk-local-0001", "--api-key", "app-1=sk-local-0002"], "api key client 'app-1' given twice"),
+        (["--api-key", "app-1=sk-local-0001", "--api-key", "app-2=sk-local-0001"], "api key of client 'app-2' is also another client's key"),
+        (["--api-key", "app 1=sk-local-0001"], "api key client 'app 1': use 1-128 of letters, digits and ._-"),
+        (["--api-key", "app-1=short"], "api key of client 'app-1': at least 8 characters"),
+        (["--endpoint", "gpt-oss-20b=http://127.0.0.1:1", "--endpoint", "gpt-oss-20b=http://127.0.0.1:1"],
+         "endpoints.gpt-oss-20b: ['http://127.0.0.1:1', 'http://127.0.0.1:1'] lists one address twice"),
+    ]
+    for flags, message in cases:
+        argv = ["gateway", "local", "--print-config", *flags]
+        if not any(f.startswith("gpt-oss-20b=") for f in flags):
+            argv += ["--endpoint", "gpt-oss-20b=http://127.0.0.1:1"]
+        assert main(argv) == 2, flags
+        assert message in capsys.readouterr().err, flags
+    too_many = [f"gpt-oss-20b=http://127.0.0.1:{port}" for port in range(1000, 1101)]
+    assert main(["gateway", "local", "--print-config", *[a for e in too_many for a in ("--endpoint", e)]]) == 2
+    assert "endpoints.gpt-oss-20b: 101 URLs; at most 100" in capsys.readouterr().err
+    file = tmp_path / "bad.yaml"
+    file.write_text("endpoints: {gpt-oss-20b: http://127.0.0.1:1}\napi_keys: [sk-1]\n")
+    assert main(["gateway", "local", "--file", str(file), "--print-config"]) == 2
+    assert "api_keys: expected {CLIENT: KEY}" in capsys.readouterr().err
+
+
+def test_start_says_whether_the_gateway_is_open() -> None:
+    from gennstack.gateway.config import GatewayConfig
+    from gennstack.gateway.local import LocalSettings, access_summary
+
+    gateway = GatewayConfig()
+    assert access_summary(LocalSettings(), gateway) == (
+        "OPEN: no API keys (--api-key CLIENT=KEY), anybody on this machine may call; 600 requests per 60 s for all callers together")
+    assert access_summary(LocalSettings(api_keys=(("a", "sk-local-0001"),), rate_limit_requests=5, rate_limit_interval_s=10), gateway) == (
+        "API keys required (Authorization: Bearer <key>) for clients a; 5 requests per 10 s per client, all models together")

@@ -17,7 +17,14 @@ import pytest
 
 from gennstack.config_base import frozen
 from gennstack.gateway.config import GatewayConfig, routing_table
-from gennstack.gateway.local import BACKEND_HEADER, LocalGateway, LocalSettings, envoy_bootstrap
+from gennstack.gateway.local import (
+    ACCEPTED_PATHS,
+    BACKEND_HEADER,
+    NO_ROUTE_MESSAGE,
+    LocalGateway,
+    LocalSettings,
+    envoy_bootstrap,
+)
 
 # Real Envoy and local servers with timeouts and a split tolerance: run in `make test`'s serial phase.
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
@@ -174,7 +181,7 @@ def test_models_listing(gateway) -> None:
     (b'{"messages": [{"role": "user", "content": "hi"}]}', 400, 'has no \\"model\\"'),
     (b'{"messages": [], "nested": {"model": "gpt-oss-20b"}}', 400, 'has no \\"model\\"'),
     (b'{"model": 7}', 400, "must be a non-empty string"),
-    (b'{"model": "gpt-4o", "messages": []}', 404, "model 'gpt-4o' is not served here; available: llama-3-70b-instruct"),
+    (b'{"model": "gpt-4o", "messages": []}', 404, NO_ROUTE_MESSAGE),
 ])
 def test_bad_requests_get_clear_4xx(gateway, body, status, message) -> None:
     async def go():
@@ -183,7 +190,8 @@ def test_bad_requests_get_clear_4xx(gateway, body, status, message) -> None:
 
     out = _run(go())
     assert out.status == status
-    assert out.error["type"] == "invalid_request_error" and out.error["code"] == status
+    assert out.error["type"] == "invalid_request_error"
+    assert out.error["code"] == {400: "invalid_request", 404: "not_found"}[status]
     assert message in json.dumps(out.error["message"]) or message in out.error["message"]
 
 
@@ -195,18 +203,46 @@ def test_oversized_body_gets_413(gateway) -> None:
             return await _request(session, gateway.base_url, big)
 
     out = _run(go())
-    assert out.status == 413 and out.error["type"] == "invalid_request_error"
+    assert out.status == 413 and out.error["type"] == "invalid_request_error" and out.error["code"] == "request_too_large"
     assert "larger than the gateway accepts" in out.error["message"]
 
 
-def test_unknown_path_gets_404(gateway) -> None:
+@pytest.mark.parametrize("method, path", [("GET", "/admin"), ("POST", "/v1/audio/speech"), ("GET", "/v1/chat/completions"),
+                                          ("POST", "/v2/chat/completions")])
+def test_unknown_path_gets_the_ai_gateways_404(gateway, method, path) -> None:
+    """A path outside ACCEPTED_PATHS gets the AI Gateway's external processor's text
+    ("unsupported path: PATH", internal/extproc/server.go at v1.1.0) as an OpenAI-style error."""
     import urllib.error
     import urllib.request
 
+    request = urllib.request.Request(gateway.base_url.removesuffix("/v1") + path, method=method,
+                                     data=b'{"model": "gpt-oss-20b"}' if method == "POST" else None)
     with pytest.raises(urllib.error.HTTPError) as excinfo:
-        urllib.request.urlopen(gateway.base_url.removesuffix("/v1") + "/admin", timeout=10)
+        urllib.request.urlopen(request, timeout=10)
     assert excinfo.value.code == 404
-    assert "POST /v1/" in json.loads(excinfo.value.read())["error"]["message"]
+    assert json.loads(excinfo.value.read())["error"] == {"message": f"unsupported path: {path}",
+                                                          "type": "invalid_request_error", "code": "not_found"}
+
+
+@pytest.mark.parametrize("path", ACCEPTED_PATHS)
+def test_accepted_paths_are_forwarded(gateway, path) -> None:
+    """Each accepted path reaches the model server (the mock answers 404 for all but chat
+    completions: that 404 is the server's own body, passed through, not the gateway's)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(gateway.base_url.removesuffix("/v1") + path, method="POST",
+                                     data=json.dumps({"model": "gpt-oss-20b", "max_tokens": 1}).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            status, headers, body = resp.status, resp.headers, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        status, headers, body = exc.code, exc.headers, json.loads(exc.read())
+    assert headers[BACKEND_HEADER] == "gpt-oss-20b"
+    if path == "/v1/chat/completions":
+        assert status == 200
+    else:
+        assert status == 404 and body == {"error": {"message": f"no route POST {path}"}}
 
 
 # --- rate limit ----------------------------------------------------------------------------
@@ -219,8 +255,8 @@ def test_over_the_rate_limit_gets_429(mock_backends) -> None:
         outcomes = [_run(_many(gw.base_url, [{"model": "m", "max_tokens": 1}], concurrency=1))[0] for _ in range(8)]
     statuses = [o.status for o in outcomes]
     assert statuses == [200] * 5 + [429] * 3
-    assert outcomes[-1].error == {"message": "rate limit exceeded; retry after the interval in x-ratelimit-reset",
-                                  "type": "rate_limit_exceeded", "code": 429}
+    assert outcomes[-1].error == {"message": "rate limit exceeded: retry after the number of seconds in the Retry-After header",
+                                  "type": "rate_limit_error", "code": "rate_limit_exceeded"}
 
 
 # --- failover ------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""Envoy behaviour the local gateway and the cluster's Envoy share, built once.
+
+Two things must be the same in ``gennstack gateway local`` (a static bootstrap, ``local.py``) and in
+the cluster (Envoy Gateway v1.8.3 + AI Gateway v1.1.0, patched by the project chart's
+``EnvoyPatchPolicy``, ``templates/patches.yaml``):
+
+* :data:`OVERPROVISIONING_FACTOR`, the ``load_assignment.policy.overprovisioning_factor`` of every
+  route's cluster. Envoy scales a priority's (and a locality's) health by it: health =
+  min(100 %, factor / 100 x healthy hosts / all hosts). Envoy's default, 140, moves traffic to
+  the next priority as soon as fewer than 1/1.4 (about 72 %) of a priority's hosts are healthy
+  and shrinks a partly failed target's share. GenNStack's semantics (docs/gateway.md, "Failover")
+  are "a target keeps its whole share while one of its servers is healthy; the next priority
+  takes over only when no server of the lower priority is healthy": that holds when one healthy
+  host out of the most hosts a priority can have still counts as 100 %, i.e. factor >= 100 x that
+  host count. The bound comes from the config's limits (:data:`MAX_HOSTS_PER_PRIORITY`).
+* :func:`local_reply_config`, the HTTP connection manager's ``local_reply_config``: every answer
+  Envoy makes itself (400/401/404/413/429/5xx, from the Lua router, ``api_key_auth``, the rate
+  limit filters, the router) becomes an OpenAI-style JSON error ``{"error": {"message", "type",
+  "code"}}``, and a 429 carries ``Retry-After``, so OpenAI SDKs raise the right exception class
+  and retry after the right pause. Answers from model servers are never rewritten: Envoy applies
+  the mapper to local replies only.
+
+Why an EnvoyPatchPolicy on the listener's HTTP connection manager rather than Envoy Gateway
+v1.8.3's native BackendTrafficPolicy ``responseOverride``: that one (internal/xds/translator/
+custom_response.go) can match local replies, but its body is one fixed text (or ConfigMap) per
+rule, so the filters' own messages (which model is unknown, what is wrong with the JSON) would be
+lost, and it is set per route; ``local_reply_config`` wraps each local reply's own text
+(``%LOCAL_REPLY_BODY%``) and covers every route of the listener, and it is the very field the
+tests exercise on the real local Envoy (401 from api_key_auth, 429 from the rate limit, 404, 413,
+503), so the cluster gets exactly what is tested.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gennstack.gateway.config import MAX_ROUTES
+from gennstack.serving.config import Replicas
+
+
+def _upper_bound(annotated: Any) -> int:
+    """The ``le`` of a pydantic ``Annotated[int, Field(le=...)]``."""
+    for meta in annotated.__metadata__:
+        for constraint in getattr(meta, "metadata", ()):
+            if hasattr(constraint, "le"):
+                return int(constraint.le)
+    raise ValueError(f"{annotated} has no upper bound")
+
+
+# A backend (one model's Service) has at most as many hosts as its serving Deployment has replicas
+# (vLLM Services are headless: one host per pod; KubeRay's Serve Service is one host); the local
+# gateway accepts at most as many URLs per model.
+MAX_HOSTS_PER_BACKEND = _upper_bound(Replicas)
+# A priority level holds at most every model: the config allows MAX_ROUTES model names and aliases together.
+MAX_BACKENDS_PER_PRIORITY = MAX_ROUTES
+MAX_HOSTS_PER_PRIORITY = MAX_HOSTS_PER_BACKEND * MAX_BACKENDS_PER_PRIORITY
+# One healthy host of MAX_HOSTS_PER_PRIORITY still counts as a 100 % healthy priority and locality.
+OVERPROVISIONING_FACTOR = 100 * MAX_HOSTS_PER_PRIORITY
+
+# What Envoy answers itself, in OpenAI's error vocabulary: status -> (type, code, fixed message or
+# None to keep the filter's own text). docs/gateway.md lists them.
+ERRORS: dict[int, tuple[str, str, str | None]] = {
+    400: ("invalid_request_error", "invalid_request", None),
+    401: ("authentication_error", "invalid_api_key",
+          "missing or unknown API key: send Authorization: Bearer <key>"),
+    403: ("permission_error", "forbidden", None),
+    404: ("invalid_request_error", "not_found", None),
+    413: ("invalid_request_error", "request_too_large", "request body larger than the gateway accepts"),
+    429: ("rate_limit_error", "rate_limit_exceeded",
+          "rate limit exceeded: retry after the number of seconds in the Retry-After header"),
+    502: ("server_error", "upstream_error", None),
+    503: ("server_error", "upstream_unavailable",
+          "no model server could take the request (all backends of this model failed)"),
+    504: ("server_error", "upstream_timeout", "the model server did not answer in time"),
+}
+OTHER_ERROR = ("server_error", "gateway_error")
+
+# Retry-After on a 429 is a fixed number of seconds per deployment, set by the mapper. Envoy adds
+# the rate limit filters' x-ratelimit-* headers (DRAFT_VERSION_03, with the exact x-ratelimit-reset)
+# after the local reply mapper has run (tested: a mapper header of %RESP(x-ratelimit-reset)% comes
+# out empty), so the mapper cannot copy that header. Locally the bucket refills one request every
+# interval/requests seconds (local_retry_after_s); in the cluster the request budget is a
+# per-minute window of Envoy Gateway's global rate limit, so CLUSTER_RETRY_AFTER_S = 60 is its
+# longest wait (a token budget, counted per hour, may need longer: x-ratelimit-reset says how long).
+CLUSTER_RETRY_AFTER_S = 60
+
+
+def local_retry_after_s(requests: int, interval_s: float) -> int:
+    """Seconds until Envoy's local token bucket (``requests`` per ``interval_s``, refilled
+    continuously) holds one more request."""
+    return max(1, math.ceil(interval_s / requests))
+
+
+def _status_filter(op: str, status: int) -> dict[str, Any]:
+    return {"status_code_filter": {"comparison": {
+        "op": op, "value": {"default_value": status, "runtime_key": f"gennstack.local_reply_{op.lower()}_{status}"}}}}
+
+
+def _body(error_type: str, code: str) -> dict[str, Any]:
+    return {"json_format": {"error": {"message": "%LOCAL_REPLY_BODY%", "type": error_type, "code": code}},
+            "content_type": "application/json"}
+
+
+def local_reply_config(retry_after_s: int) -> dict[str, Any]:
+    """The HCM ``local_reply_config`` (Envoy v3 JSON, snake_case field names): one mapper per
+    status of :data:`ERRORS`, then one for any other status >= 400; a 429 gets ``Retry-After:
+    retry_after_s``. 2xx direct responses (the local ``GET /v1/models``) are left alone."""
+    if retry_after_s < 1:
+        raise ValueError(f"retry_after_s {retry_after_s}: at least 1 (OpenAI SDKs ignore 0)")
+    mappers: list[dict[str, Any]] = []
+    for status, (error_type, code, message) in ERRORS.items():
+        mapper: dict[str, Any] = {"filter": _status_filter("EQ", status), "body_format_override": _body(error_type, code)}
+        if message is not None:
+            mapper["body"] = {"inline_string": message}
+        if status == 429:
+            mapper["headers_to_add"] = [
+                {"header": {"key": "retry-after", "value": str(retry_after_s)},
+                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"},
+            ]
+        mappers.append(mapper)
+    mappers.append({"filter": _status_filter("GE", 400), "body_format_override": _body(*OTHER_ERROR)})
+    return {"mappers": mappers}
+
+
+def overprovisioning_policy() -> dict[str, Any]:
+    """``load_assignment.policy`` of a route's cluster (Envoy v3 JSON)."""
+    return {"overprovisioning_factor": OVERPROVISIONING_FACTOR}

@@ -1,0 +1,205 @@
+"""The project chart's EnvoyPatchPolicy (templates/patches.yaml): its shape, the xDS names it
+patches, and that it carries the same Envoy settings as the local gateway.
+
+The EnvoyPatchPolicy CRD is not among the upstream schemas in ../shared/crds, so its fields are
+pinned here to the Go types and their kubebuilder markers, and the names it patches to the code
+that makes them, each named in the test's docstring."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gennstack.config_base import frozen
+from gennstack.gateway.config import MAX_ROUTES, GatewayConfig, routing_table
+from gennstack.gateway.envoy_common import (
+    CLUSTER_RETRY_AFTER_S,
+    MAX_HOSTS_PER_BACKEND,
+    OVERPROVISIONING_FACTOR,
+    local_reply_config,
+)
+from gennstack.gateway.local import LocalSettings, envoy_binary, envoy_bootstrap
+from gennstack.gateway.values import GATEWAY_LISTENER, envoy_patch_values, gateway_chart_values
+
+pytestmark = pytest.mark.slow
+
+CHART = Path(__file__).resolve().parents[2] / "assets" / "charts" / "gennstack-gateway"
+HCM = "envoy.filters.network.http_connection_manager"
+
+
+def _render(helm: Path, gateway: GatewayConfig, namespace: str = "gennstack-gateway") -> dict[str, list[dict]]:
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k")
+    proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", namespace, "--values", "-"],
+                          input=json.dumps(values), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, list[dict]] = {}
+    for doc in yaml.safe_load_all(proc.stdout):
+        if doc:
+            out.setdefault(doc["kind"], []).append(doc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def docs(helm) -> dict[str, list[dict]]:
+    return _render(helm, GatewayConfig())
+
+
+@pytest.fixture(scope="module")
+def policy(docs) -> dict:
+    (found,) = docs["EnvoyPatchPolicy"]
+    return found
+
+
+def test_fields_match_envoy_gateway_v1_8_3_types(policy) -> None:
+    """Envoy Gateway v1.8.3, api/v1alpha1/envoypatchpolicy_types.go (and the CRD generated from it,
+    charts/gateway-helm/charts/crds/crds/generated/gateway.envoyproxy.io_envoypatchpolicies.yaml):
+    spec {type (Enum=JSONPatch, required), jsonPatches [EnvoyJSONPatchConfig], targetRef
+    (gwapiv1.LocalPolicyTargetReference: group, kind, name, all required), priority int32};
+    EnvoyJSONPatchConfig {type (Enum of five xDS type URLs), name, operation, all required};
+    JSONPatchOperation {op (Enum=add;remove;replace;move;copy;test, required), path, jsonPath, from,
+    value (apiextensionsv1.JSON)}. The policy must live in the Gateway's namespace."""
+    assert policy["apiVersion"] == "gateway.envoyproxy.io/v1alpha1"
+    spec = policy["spec"]
+    assert set(spec) <= {"type", "jsonPatches", "targetRef", "priority"} and {"type", "targetRef"} <= set(spec)
+    assert spec["type"] == "JSONPatch"
+    assert spec["targetRef"] == {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gennstack-gateway"}
+    resource_types = {
+        "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+        "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+        "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
+    }
+    for patch in spec["jsonPatches"]:
+        assert set(patch) == {"type", "name", "operation"}
+        assert patch["type"] in resource_types and isinstance(patch["name"], str) and patch["name"]
+        operation = patch["operation"]
+        assert set(operation) <= {"op", "path", "jsonPath", "from", "value"} and "op" in operation
+        assert operation["op"] in {"add", "remove", "replace", "move", "copy", "test"}
+    assert policy["metadata"]["namespace"] == "gennstack-gateway"
+
+
+def _parse_ai_gateway_cluster_name(name: str) -> tuple[str, str, int]:
+    """Envoy AI Gateway v1.1.0, internal/extensionserver/post_translate_modify.go
+    parseAIGatewayClusterName: "httproute/<namespace>/<route>/rule/<index>" (5 parts; 7 with
+    "/backend/<n>" when Envoy Gateway made a cluster per backend)."""
+    parts = name.split("/")
+    assert len(parts) in (5, 7) and parts[0] == "httproute" and parts[3] == "rule", name
+    assert int(parts[4]) >= 0
+    return parts[1], parts[2], int(parts[4])
+
+
+def test_cluster_patches_name_each_ai_gateway_rule_cluster(helm) -> None:
+    """One patch per AIGatewayRoute rule, named as Envoy Gateway v1.8.3 names the rule's cluster:
+    internal/gatewayapi/helpers.go irRoutePrefix + irRouteDestinationName,
+    "<lower-case route kind>/<namespace>/<name>/rule/<index>"; one cluster per rule, not per
+    backend (internal/xds/translator/translator.go: a cluster per setting only with zone-aware
+    routing, backendRef filters, mixed address types or invalid settings: none of which the AI
+    Gateway's HTTPRoute has, since every GenNStack backend is an FQDN Backend). The HTTPRoute is the
+    AIGatewayRoute's name and namespace, its rules in the same order with "route-not-found"
+    appended last (AI Gateway v1.1.0 internal/controller/ai_gateway_route.go), so rule i of the
+    AIGatewayRoute is cluster i; that is also how the AI Gateway's extension server finds the rule
+    (parseAIGatewayClusterName, then aigwRoute.Spec.Rules[ruleIndex])."""
+    big = GatewayConfig.model_validate(frozen({
+        "models": {f"m{i}": {"generation": "g6e", "service": f"m{i}"} for i in range(MAX_ROUTES - 1)},
+        "aliases": {"chat": [{"model": "m0"}, {"model": "m1", "priority": 1}]},
+    }))
+    for gateway, namespace in ((GatewayConfig(), "gennstack-gateway"), (big, "other-ns")):
+        docs = _render(helm, gateway, namespace)
+        (route,) = docs["AIGatewayRoute"]
+        (policy,) = docs["EnvoyPatchPolicy"]
+        clusters = [p for p in policy["spec"]["jsonPatches"] if p["type"].endswith("cluster.v3.Cluster")]
+        assert len(clusters) == len(route["spec"]["rules"]) == len(routing_table(gateway).routes)
+        for index, patch in enumerate(clusters):
+            assert patch["name"] == f"httproute/{namespace}/{route['metadata']['name']}/rule/{index}"
+            assert _parse_ai_gateway_cluster_name(patch["name"]) == (namespace, route["metadata"]["name"], index)
+            assert patch["operation"] == {"op": "add", "path": "/load_assignment/policy/overprovisioning_factor",
+                                          "value": OVERPROVISIONING_FACTOR}
+
+
+def test_listener_patch_names_the_gateway_listener_and_every_hcm(policy, docs) -> None:
+    """Envoy Gateway v1.8.3 names a Gateway listener's xDS listener "<namespace>/<gateway>/<listener>"
+    (internal/gatewayapi/helpers.go irListenerName; internal/xds/translator/listener.go
+    xdsListenerName keeps that name unless the XDSNameSchemeV2 runtime flag is on, and it is off
+    by default: api/v1alpha1/envoygateway_helpers.go). The HTTP connection manager is the network
+    filter named envoy.filters.network.http_connection_manager (wellknown.HTTPConnectionManager) in
+    each of filter_chains (HTTPS, one per certificate/hostname) or in default_filter_chain (HTTP)
+    (listener.go addHCMToXDSListener); JSON patches see the listener as protojson with proto
+    (snake_case) names (internal/xds/translator/jsonpatch.go, UseProtoNames), a jsonPath is expanded
+    to one pointer per match and "path" appended to each, and "add" creates missing parents
+    (internal/utils/jsonpatch/patch.go, EnsurePathExistsOnAdd)."""
+    (listener_patch,) = [p for p in policy["spec"]["jsonPatches"] if p["type"].endswith("listener.v3.Listener")]
+    (gateway,) = docs["Gateway"]
+    assert listener_patch["name"] == f"gennstack-gateway/{gateway['metadata']['name']}/{GATEWAY_LISTENER}"
+    operation = listener_patch["operation"]
+    assert operation["jsonPath"] == f"..filters[?(@.name=='{HCM}')].typed_config"
+    assert operation["path"] == "/local_reply_config" and operation["op"] == "add"
+    assert operation["value"] == local_reply_config(CLUSTER_RETRY_AFTER_S)
+
+
+def test_the_gateway_has_the_one_listener_the_patch_names(docs) -> None:
+    """The Gateway's one listener is "https" (issue 12's TLS design, by the g-tls change to
+    templates/gateway.yaml): the name the listener patch is built with."""
+    (gateway,) = docs["Gateway"]
+    assert [(listener["name"], listener["port"]) for listener in gateway["spec"]["listeners"]] == [(GATEWAY_LISTENER, 443)]
+
+
+def test_values_yaml_carries_the_built_patch_values() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["envoyPatches"] == envoy_patch_values()
+
+
+def test_cluster_and_local_gateway_share_the_settings(tmp_path) -> None:
+    """The same factor and the same local reply mappers (but Retry-After, which follows each one's
+    rate limit) in the local bootstrap and the cluster's patch; the cluster's local reply config is
+    valid Envoy config (checked by the real Envoy in validate mode inside the local bootstrap)."""
+    gateway = GatewayConfig()
+    bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway,
+                                LocalSettings(listen_port=0, admin_port=0))
+    hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]
+    assert hcm["name"] == HCM
+    local = hcm["typed_config"]["local_reply_config"]
+    cluster = envoy_patch_values()["localReplyConfig"]
+
+    def without_retry_after(config: dict) -> dict:
+        return json.loads(re.sub(r'"retry-after", "value": "\d+"', '"retry-after", "value": "N"', json.dumps(config)))
+
+    assert without_retry_after(local) == without_retry_after(cluster)
+    for c in bootstrap["static_resources"]["clusters"]:
+        assert c["load_assignment"]["policy"]["overprovisioning_factor"] == envoy_patch_values()["overprovisioningFactor"]
+    hcm["typed_config"]["local_reply_config"] = cluster
+    path = tmp_path / "envoy.json"
+    path.write_text(json.dumps(bootstrap))
+    proc = subprocess.run([str(envoy_binary()), "--mode", "validate", "--config-path", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_the_factor_bound_follows_the_config_limits() -> None:
+    """100 x the most hosts one priority can hold: MAX_ROUTES models (a 16th name is refused) of at
+    most MAX_HOSTS_PER_BACKEND replicas each (a serving Deployment of 101 is refused)."""
+    from pydantic import ValidationError
+
+    from gennstack.serving.config import G6eServing
+
+    assert OVERPROVISIONING_FACTOR == 100 * MAX_ROUTES * MAX_HOSTS_PER_BACKEND
+    with pytest.raises(ValidationError):
+        GatewayConfig.model_validate(frozen({"models": {f"m{i}": {"generation": "g6e", "service": f"m{i}"}
+                                                        for i in range(MAX_ROUTES + 1)}, "aliases": {}}))
+    G6eServing.model_validate({"replicas": MAX_HOSTS_PER_BACKEND})
+    with pytest.raises(ValidationError):
+        G6eServing.model_validate({"replicas": MAX_HOSTS_PER_BACKEND + 1})
+
+
+def test_cluster_has_no_panic_mode_either(docs) -> None:
+    """Failover rule 5 in the cluster: the BackendTrafficPolicy's healthCheck.panicThreshold is 0
+    (set by the g-chart change to templates/policies.yaml), which Envoy Gateway v1.8.3 writes into
+    every cluster's common_lb_config.healthy_panic_threshold (internal/xds/translator/cluster.go:
+    any value other than 50 is set), as the local bootstrap has it."""
+    (policy,) = docs["BackendTrafficPolicy"]
+    assert policy["spec"]["healthCheck"]["panicThreshold"] == 0
