@@ -115,7 +115,8 @@ class Gateway(Construct):
             namespace=gateway.namespace, release=gateway_values.GATEWAY_RELEASE, create_namespace=True,
             wait=True, timeout=Duration.minutes(10),
             values=gateway_values.gateway_chart_values(
-                gateway, self.table, region=Aws.REGION, api_keys_secret_name=self.api_keys_secret.secret_name, **system),
+                gateway, self.table, region=Aws.REGION, api_keys_secret_name=self.api_keys_secret.secret_name,
+                url_suffix=Aws.URL_SUFFIX, **system),
         )
         for upstream in self.charts.values():
             self.chart.node.add_dependency(upstream)

@@ -20,6 +20,14 @@ EXTERNAL_SECRETS_NAMESPACE = "external-secrets"
 EXTERNAL_SECRETS_SERVICE_ACCOUNT = "external-secrets"
 GATEWAY_RELEASE = "gennstack-gateway"  # the project chart's release; its fullname is the same
 CLIENT_HEADER = "x-gennstack-client"
+# The gateway's own TLS (templates/tls.yaml): object names (mirroring _helpers.tpl) and lifetimes.
+TLS_SECRET = f"{GATEWAY_RELEASE}-tls"
+CA_KEY_SECRET = f"{GATEWAY_RELEASE}-ca-key"
+CA_CONFIGMAP = f"{GATEWAY_RELEASE}-ca"
+TLS_CA_VALIDITY_DAYS = 3650
+# 825 days: the longest server certificate Apple platforms accept, even from a private CA.
+TLS_VALIDITY_DAYS = 825
+TLS_RENEW_BEFORE_DAYS = 180
 
 
 def _duration(seconds: int) -> str:
@@ -36,17 +44,30 @@ def gateway_name() -> str:
     return GATEWAY_RELEASE
 
 
+def nlb_dns_wildcard(region: str, url_suffix: str = "amazonaws.com") -> str:
+    """The one name that covers every NLB the Load Balancer Controller can make in ``region``:
+    NLB DNS names are ``<name>-<id>.elb.<region>.<suffix>`` with ``<name>-<id>`` one label."""
+    return f"*.elb.{region}.{url_suffix}"
+
+
+def tls_dns_names(gateway: GatewayConfig, *, region: str, url_suffix: str = "amazonaws.com") -> list[str]:
+    """Names of the gateway's server certificate: the NLB's wildcard, then ``gateway.tls.hostnames``."""
+    return [nlb_dns_wildcard(region, url_suffix), *gateway.tls.hostnames]
+
+
 def backend_object_name(backend: str) -> str:
     """Name the chart gives a backend's Backend and AIServiceBackend (mirrors _helpers.tpl)."""
     return f"{GATEWAY_RELEASE}-{re.sub(r'[._:/]', '-', backend.lower())}"[:63].rstrip("-")
 
 
 def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region: str,
-                         api_keys_secret_name: str, system_node_selector: dict[str, str] | None = None,
+                         api_keys_secret_name: str, url_suffix: str = "amazonaws.com",
+                         system_node_selector: dict[str, str] | None = None,
                          system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Values of ``assets/charts/gennstack-gateway`` for the routing table of enabled models.
 
-    ``region`` and ``api_keys_secret_name`` may be CDK tokens; they are names, never secret values.
+    ``region``, ``api_keys_secret_name`` and ``url_suffix`` (the partition's DNS suffix) may be CDK
+    tokens; they are names, never secret values.
     """
     resilience = gateway.resilience
     lb = gateway.load_balancer
@@ -62,6 +83,12 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                 "scheme": lb.scheme,
                 "certificateArn": lb.certificate_arn or "",
                 "allowedCidrs": list(lb.allowed_cidrs),
+            },
+            "tls": {
+                "dnsNames": tls_dns_names(gateway, region=region, url_suffix=url_suffix),
+                "caValidityDays": TLS_CA_VALIDITY_DAYS,
+                "validityDays": TLS_VALIDITY_DAYS,
+                "renewBeforeDays": TLS_RENEW_BEFORE_DAYS,
             },
         },
         "backends": [
