@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shlex
 import socket
 import ssl
+import subprocess
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
@@ -35,6 +37,7 @@ from gennstack.gateway.values import (
     TLS_VALIDITY_DAYS, gateway_chart_values, nlb_dns_wildcard,
 )
 from tests import helm
+from gennstack.summary import gateway_tls_lines
 from tests.gateway.tls_support import chart_tls, resolve_to_loopback, with_downstream_tls
 from tests.k8s_schema import validate
 from tests.lambdas.lambda_support import make_certificate
@@ -293,24 +296,26 @@ def test_plain_http_gets_no_answer(https_gateway) -> None:
 
 @dataclass
 class SecretsApi(FakeKubeApi):
-    """The fake API server of tests/serving, plus core/v1 Secrets: GET one from ``secrets`` (a 404
-    ``Status`` when absent, as the API server answers)."""
+    """The fake API server of tests/serving, plus core/v1 Secrets and ConfigMaps: GET one from
+    ``secrets`` / ``configmaps`` (a 404 ``Status`` when absent, as the API server answers)."""
 
     secrets: dict[tuple[str, str], dict] = field(default_factory=dict)
+    configmaps: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
         parts = urlsplit(h.path).path.split("/")
-        if h.command != "GET" or len(parts) != 7 or parts[1:4] != ["api", "v1", "namespaces"] or parts[5] != "secrets":
+        stores = {"secrets": self.secrets, "configmaps": self.configmaps}
+        if h.command != "GET" or len(parts) != 7 or parts[1:4] != ["api", "v1", "namespaces"] or parts[5] not in stores:
             return super()._serve(h)
         seen = read_request(h)
         with self._lock:
             self.requests.append(seen)
         if self.tokens.get(seen.headers.get("authorization", "").removeprefix("Bearer ")) is None:
             return send(h, seen, 401, b'{"kind":"Status","code":401}')
-        found = self.secrets.get((parts[4], parts[6]))
+        found = stores[parts[5]].get((parts[4], parts[6]))
         if found is None:
             body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
-                    "message": f'secrets "{parts[6]}" not found'}
+                    "message": f'{parts[5]} "{parts[6]}" not found'}
             return send(h, seen, 404, json.dumps(body).encode())
         return send(h, seen, 200, json.dumps(found).encode())
 
@@ -400,6 +405,24 @@ def test_a_lost_ca_makes_a_new_ca_and_certificate(kube) -> None:
     second = chart_tls(_render_live(kube, GatewayConfig()))
     assert second.ca_pem != chart_tls(first).ca_pem
     _cert(second.cert_pem).verify_directly_issued_by(_cert(second.ca_pem))
+
+
+def test_the_documented_kubectl_command_fetches_the_ca(kube, default_docs) -> None:
+    """The command docs/gateway.md, README.md and `gennstack summary` give, run by the real kubectl
+    (v1.36, from the same kubectl layer) against the API serving the chart's ConfigMap."""
+    (configmap,) = _kind(default_docs, "ConfigMap")
+    kube.configmaps[(NAMESPACE, CA_CONFIGMAP)] = configmap
+    line = gateway_tls_lines(GatewayConfig().model_dump(), REGION)[1]
+    command = shlex.split(line.removeprefix("    CA for clients: ").removesuffix(" > gennstack-ca.pem"))
+    documented = f"{' '.join(command[:-2])} -o jsonpath='{{.data.ca\\.crt}}' > gennstack-ca.pem"
+    for doc in ("README.md", "docs/gateway.md"):
+        assert documented in (CHART.parents[2] / doc).read_text(), doc
+    assert command[0] == "kubectl"
+    proc = subprocess.run([str(helm.kubectl()), "--kubeconfig", str(kube.kubeconfig), *command[1:]],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == chart_tls(default_docs).ca_pem.strip()
+    x509.load_pem_x509_certificate(proc.stdout.encode())
 
 
 # --- config --------------------------------------------------------------------------------
