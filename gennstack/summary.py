@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gennstack.deploy_warnings import config_warnings
-from gennstack.gateway.values import CA_CONFIGMAP, nlb_dns_wildcard
+from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 
 CONFIG_METADATA_KEY = "GenNStack::Config"
@@ -184,7 +184,8 @@ def gateway_tls_lines(gateway: dict[str, Any], region: str | None) -> list[str]:
     if certificate_arn:
         return [f"    HTTPS on 443: TLS ends at the NLB (ACM {certificate_arn}), re-encrypted to Envoy"]
     suffix = "amazonaws.com.cn" if (region or "").startswith("cn-") else "amazonaws.com"
-    names = [nlb_dns_wildcard(region or "<region>", suffix), *gateway.get("tls", {}).get("hostnames", [])]
+    names = [nlb_dns_wildcard(region or "<region>", suffix), in_cluster_dns_wildcard(),
+             *gateway.get("tls", {}).get("hostnames", [])]
     namespace = gateway.get("namespace", "gennstack-gateway")
     return [
         f"    HTTPS on 443: TLS ends at Envoy, certificate from the gateway's own CA for {', '.join(names)}",

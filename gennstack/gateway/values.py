@@ -50,9 +50,16 @@ def nlb_dns_wildcard(region: str, url_suffix: str = "amazonaws.com") -> str:
     return f"*.elb.{region}.{url_suffix}"
 
 
+def in_cluster_dns_wildcard() -> str:
+    """The name pods use for the proxies' Service, which Envoy Gateway makes in its own namespace
+    (``envoy-<namespace>-<gateway>-<hash>``): the wildcard covers any Service name there."""
+    return f"*.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local"
+
+
 def tls_dns_names(gateway: GatewayConfig, *, region: str, url_suffix: str = "amazonaws.com") -> list[str]:
-    """Names of the gateway's server certificate: the NLB's wildcard, then ``gateway.tls.hostnames``."""
-    return [nlb_dns_wildcard(region, url_suffix), *gateway.tls.hostnames]
+    """Names of the gateway's server certificate: the NLB's wildcard, the proxies' in-cluster
+    Service name, then ``gateway.tls.hostnames``."""
+    return [nlb_dns_wildcard(region, url_suffix), in_cluster_dns_wildcard(), *gateway.tls.hostnames]
 
 
 def backend_object_name(backend: str) -> str:

@@ -34,7 +34,7 @@ from gennstack.gateway.config import MAX_TLS_HOSTNAMES, GatewayConfig, routing_t
 from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 from gennstack.gateway.values import (
     CA_CONFIGMAP, CA_KEY_SECRET, GATEWAY_RELEASE, TLS_CA_VALIDITY_DAYS, TLS_RENEW_BEFORE_DAYS, TLS_SECRET,
-    TLS_VALIDITY_DAYS, gateway_chart_values, nlb_dns_wildcard,
+    TLS_VALIDITY_DAYS, gateway_chart_values, in_cluster_dns_wildcard, nlb_dns_wildcard,
 )
 from tests import helm
 from gennstack.summary import gateway_tls_lines
@@ -70,6 +70,10 @@ def nlb_dns_name(service_namespace: str, service_name: str, uuid: str, aws_id: s
 # Envoy Gateway puts the proxies' Service in its own namespace, named envoy-<gateway namespace>-<gateway>-<hash>.
 NLB_NAME = nlb_dns_name("envoy-gateway-system", f"envoy-{NAMESPACE}-{GATEWAY_RELEASE}-6e6f8a21", "9f86d081884c7d659a2f",
                         "0123456789abcdef", REGION)
+
+
+# Pods call the proxies' Service (Envoy Gateway names it envoy-<gateway namespace>-<gateway>-<hash>).
+IN_CLUSTER_NAME = f"envoy-{NAMESPACE}-{GATEWAY_RELEASE}-6e6f8a21.envoy-gateway-system.svc.cluster.local"
 
 
 def _gateway(**data) -> GatewayConfig:
@@ -135,7 +139,8 @@ def test_one_https_listener_with_the_generated_secret(default_docs, acm_docs) ->
 
 
 def test_the_certificate_names_the_nlb_and_the_configured_hostnames(default_docs, acm_docs) -> None:
-    for docs, names in ((default_docs, [nlb_dns_wildcard(REGION)]), (acm_docs, [nlb_dns_wildcard(REGION), ROUTE53_ALIAS])):
+    base = [nlb_dns_wildcard(REGION), in_cluster_dns_wildcard()]
+    for docs, names in ((default_docs, base), (acm_docs, [*base, ROUTE53_ALIAS])):
         tls = chart_tls(docs)
         cert, ca = _cert(tls.cert_pem), _cert(tls.ca_pem)
         assert _sans(cert) == names
@@ -234,9 +239,10 @@ def _chat(client: openai.OpenAI) -> str:
     return reply.model
 
 
-@pytest.mark.parametrize("host", [NLB_NAME, ROUTE53_ALIAS])
+@pytest.mark.parametrize("host", [NLB_NAME, IN_CLUSTER_NAME, ROUTE53_ALIAS])
 def test_openai_sdk_with_the_ca_succeeds(https_gateway, host) -> None:
-    """What docs/gateway.md tells clients to do, on the NLB's name and on a configured hostname."""
+    """What docs/gateway.md tells clients to do, on the NLB's name, the in-cluster Service name and
+    a configured hostname."""
     port, cafile, _ = https_gateway
     with resolve_to_loopback([host]):
         assert _chat(_client(host, port, ssl.create_default_context(cafile=cafile))) == "gpt-oss-20b"
@@ -383,7 +389,7 @@ def test_a_new_hostname_reissues_the_certificate_from_the_same_ca(kube) -> None:
     before = chart_tls(first)
     assert (second.ca_pem, second.ca_key_pem) == (before.ca_pem, before.ca_key_pem)
     assert second.key_pem != before.key_pem
-    assert _sans(_cert(second.cert_pem)) == [nlb_dns_wildcard(REGION), ROUTE53_ALIAS]
+    assert _sans(_cert(second.cert_pem)) == [nlb_dns_wildcard(REGION), in_cluster_dns_wildcard(), ROUTE53_ALIAS]
     _cert(second.cert_pem).verify_directly_issued_by(_cert(before.ca_pem))
 
 
@@ -461,6 +467,6 @@ def test_the_chart_schema_takes_every_name_the_config_allows() -> None:
     names = [f"h{i}.example.com" for i in range(MAX_TLS_HOSTNAMES - 2)] + ["*.x.example.com"]
     worst = ".".join(["a" * 63] * 3) + "." + "b" * 61  # 253 characters
     values = _values(_gateway(tls={"hostnames": [*names, worst]}))
-    assert len(values["gateway"]["tls"]["dnsNames"]) == MAX_TLS_HOSTNAMES + 1
+    assert len(values["gateway"]["tls"]["dnsNames"]) == MAX_TLS_HOSTNAMES + 2  # the NLB's and the in-cluster name too
     jsonschema.validate(values, schema)
-    assert schema["properties"]["gateway"]["properties"]["tls"]["properties"]["dnsNames"]["maxItems"] == MAX_TLS_HOSTNAMES + 1
+    assert schema["properties"]["gateway"]["properties"]["tls"]["properties"]["dnsNames"]["maxItems"] == MAX_TLS_HOSTNAMES + 2
