@@ -291,6 +291,40 @@ def test_a_connection_without_sni_gets_the_certificate(https_gateway) -> None:
         assert conn.recv(64).startswith(b"HTTP/1.1 200")
 
 
+def test_gennstack_bench_trusts_the_ca_file(https_gateway, tmp_path, capsys) -> None:
+    """`gennstack bench --ca-file` (docs/benchmark.md) measures the gateway over HTTPS; without it
+    every request fails on the certificate."""
+    from gennstack.cli import main
+
+    port, cafile, _ = https_gateway
+    base = ["bench", "--base-url", f"https://{NLB_NAME}:{port}/v1", "--model", "gpt-oss-20b", "--concurrency", "2",
+            "--num-requests", "4", "--warmup-requests", "0", "--max-tokens", "4", "--prompt-tokens", "16",
+            "--no-progress", "--timeout", "20"]
+    with resolve_to_loopback([NLB_NAME]):
+        assert main([*base, "--ca-file", cafile, "--output-dir", str(tmp_path / "with")]) == 0
+        main([*base, "--output-dir", str(tmp_path / "without")])
+    capsys.readouterr()
+    trusted = json.loads((tmp_path / "with" / "result.json").read_text())
+    untrusted = json.loads((tmp_path / "without" / "result.json").read_text())
+    assert trusted["settings"]["ca_file"] == cafile
+    assert [(lv["requests"]["completed"], lv["requests"]["failed"]) for lv in trusted["levels"]] == [(4, 0)]
+    assert [(lv["requests"]["completed"], lv["requests"]["failed"]) for lv in untrusted["levels"]] == [(0, 4)]
+    assert "CERTIFICATE_VERIFY_FAILED" in (tmp_path / "without" / "requests.csv").read_text()
+
+
+@pytest.mark.parametrize("base_url, ca_file, message", [
+    ("http://gateway/v1", "ca.pem", "--ca-file goes with an https:// --base-url, not 'http://gateway/v1'"),
+    ("https://gateway/v1", "missing.pem", "--ca-file='missing.pem': no such file (the CA certificate, PEM)"),
+])
+def test_gennstack_bench_rejects_a_useless_ca_file(tmp_path, monkeypatch, capsys, base_url, ca_file, message) -> None:
+    from gennstack.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ca.pem").write_text("")
+    assert main(["bench", "--base-url", base_url, "--model", "m", "--ca-file", ca_file]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_plain_http_gets_no_answer(https_gateway) -> None:
     port, _, _ = https_gateway
     with pytest.raises(httpx.TransportError):
