@@ -25,7 +25,7 @@ LLMPerf-compatible files to --output-dir. Metric definitions: docs/benchmark.md.
 
 examples:
   gennstack bench demo                      # against a local mock server, one command
-  gennstack bench --base-url http://gateway/v1 --model llama --concurrency 32,160,200 --duration 120
+  gennstack bench --base-url https://gateway/v1 --ca-file gennstack-ca.pem --model llama --concurrency 32,160,200
   gennstack bench compare gen1/result.json gen2/result.json
 """
 
