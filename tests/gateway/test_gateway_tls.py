@@ -36,8 +36,8 @@ from gennstack.gateway.values import (
     CA_CONFIGMAP, CA_KEY_SECRET, GATEWAY_RELEASE, TLS_CA_VALIDITY_DAYS, TLS_RENEW_BEFORE_DAYS, TLS_SECRET,
     TLS_VALIDITY_DAYS, gateway_chart_values, in_cluster_dns_wildcard, nlb_dns_wildcard,
 )
-from tests import helm
 from gennstack.summary import gateway_tls_lines
+from tests import helm
 from tests.gateway.tls_support import chart_tls, resolve_to_loopback, with_downstream_tls
 from tests.k8s_schema import validate
 from tests.lambdas.lambda_support import make_certificate
@@ -67,13 +67,13 @@ def nlb_dns_name(service_namespace: str, service_name: str, uuid: str, aws_id: s
     return f"k8s-{clean(service_namespace)[:8]}-{clean(service_name)[:8]}-{uuid[:10]}-{aws_id}.elb.{region}.amazonaws.com"
 
 
-# Envoy Gateway puts the proxies' Service in its own namespace, named envoy-<gateway namespace>-<gateway>-<hash>.
-NLB_NAME = nlb_dns_name("envoy-gateway-system", f"envoy-{NAMESPACE}-{GATEWAY_RELEASE}-6e6f8a21", "9f86d081884c7d659a2f",
-                        "0123456789abcdef", REGION)
-
-
-# Pods call the proxies' Service (Envoy Gateway names it envoy-<gateway namespace>-<gateway>-<hash>).
-IN_CLUSTER_NAME = f"envoy-{NAMESPACE}-{GATEWAY_RELEASE}-6e6f8a21.envoy-gateway-system.svc.cluster.local"
+# Envoy Gateway v1.8.3 puts the proxies' Service in its own namespace, named "envoy-" + "<gateway
+# namespace>-<gateway>-" + 8 hex digits of a sha256 (internal/infrastructure/kubernetes/proxy/resource.go
+# ExpectedResourceHashedName, internal/utils/misc.go GetHashedName); the certificate does not depend on it.
+PROXY_SERVICE = f"envoy-{NAMESPACE}-{GATEWAY_RELEASE}-6e6f8a21"
+NLB_NAME = nlb_dns_name("envoy-gateway-system", PROXY_SERVICE, "9f86d081884c7d659a2f", "0123456789abcdef", REGION)
+# Pods call the proxies' Service by its cluster DNS name.
+IN_CLUSTER_NAME = f"{PROXY_SERVICE}.envoy-gateway-system.svc.cluster.local"
 
 
 def _gateway(**data) -> GatewayConfig:
@@ -185,7 +185,8 @@ def test_nlb_passes_tcp_through_or_reencrypts_with_acm(default_docs, acm_docs) -
     unset); then the listener is TLS, and the target group TLS only when
     ``aws-load-balancer-backend-protocol`` is ``ssl`` (docs/guide/service/annotations.md#backend-protocol:
     "ssl or tcp (default)"). buildTLSPortsSet rejects ssl-ports naming no Service port; Envoy
-    Gateway's Service port is the listener's, 443."""
+    Gateway v1.8.3's Service port is the listener's, 443 (internal/gatewayapi/listener.go:
+    ``servicePort := &protocolPort{protocol: listener.Protocol, port: listener.Port}``)."""
     def annotations(docs):
         (proxy,) = _kind(docs, "EnvoyProxy")
         return proxy["spec"]["provider"]["kubernetes"]["envoyService"]["annotations"]
