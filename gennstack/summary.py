@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gennstack.deploy_warnings import config_warnings
+from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 
 CONFIG_METADATA_KEY = "GenNStack::Config"
@@ -136,6 +137,7 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         models = sorted(m for m, b in gateway.get("models", {}).items() if b.get("generation") in enabled)
         scheme = gateway.get("load_balancer", {}).get("scheme", "internal")
         lines.append(f"  Gateway ({scheme} NLB): models {', '.join(models)}")
+        lines.extend(gateway_tls_lines(gateway, config.get("region")))
         for alias, targets in sorted(gateway.get("aliases", {}).items()):
             split = ", ".join(f"{t['model']} w{t['weight']} p{t['priority']}" for t in targets)
             lines.append(f"    alias {alias}: {split}")
@@ -207,6 +209,21 @@ def cost_lines(recorded: dict[str, Any]) -> list[str]:
     lines.append(f"  Cost per hour: {money(spot)}-{money(od)} ({spot_label(table)} to on-demand), always-on, {where} "
                  f"list prices as of {prices_date.isoformat()}; details: gennstack cost")
     return lines
+
+
+def gateway_tls_lines(gateway: dict[str, Any], region: str | None) -> list[str]:
+    """Where TLS ends and, when it ends at Envoy, how clients get the CA to trust (docs/gateway.md)."""
+    certificate_arn = gateway.get("load_balancer", {}).get("certificate_arn")
+    if certificate_arn:
+        return [f"    HTTPS on 443: TLS ends at the NLB (ACM {certificate_arn}), re-encrypted to Envoy"]
+    suffix = "amazonaws.com.cn" if (region or "").startswith("cn-") else "amazonaws.com"
+    names = [nlb_dns_wildcard(region or "<region>", suffix), in_cluster_dns_wildcard(),
+             *gateway.get("tls", {}).get("hostnames", [])]
+    namespace = gateway.get("namespace", "gennstack-gateway")
+    return [
+        f"    HTTPS on 443: TLS ends at Envoy, certificate from the gateway's own CA for {', '.join(names)}",
+        f"    CA for clients: kubectl get configmap -n {namespace} {CA_CONFIGMAP} -o jsonpath='{{.data.ca\\.crt}}' > gennstack-ca.pem",
+    ]
 
 
 def capacity_line(gen_name: str, generation: dict[str, Any], section: dict[str, Any]) -> str | None:

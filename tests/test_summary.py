@@ -34,6 +34,10 @@ def test_summary_of_default_stack(synth: Synth) -> None:
             "margin 8.02 GB, free 0.00 GB; at most 25 sequences of 32768 tokens") in text.splitlines()
     assert "Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct, llama-4-maverick" in text
     assert "alias gennstack-default: gpt-oss-20b w80 p0, llama-4-maverick w20 p0, llama-3-70b-instruct w1 p1" in text
+    assert ("    HTTPS on 443: TLS ends at Envoy, certificate from the gateway's own CA for *.elb.<region>.amazonaws.com, "
+            "*.envoy-gateway-system.svc.cluster.local") in text.splitlines()
+    assert ("    CA for clients: kubectl get configmap -n gennstack-gateway gennstack-gateway-ca "
+            "-o jsonpath='{.data.ca\\.crt}' > gennstack-ca.pem") in text.splitlines()
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
     # The hourly range per generation and in total (gennstack.cost; the figures are checked by hand in tests/cost).
     assert "  Cost inf2: $5.61-$13.40/h, 1 x inf2.48xlarge" in text.splitlines()
@@ -103,3 +107,16 @@ def test_a_pinned_commit_is_not_warned_about() -> None:
               "generations": {"g6e": {"enabled": True, "model_revision": commit},
                               "inf2": {"enabled": False, "model_revision": "main"}}}
     assert config_warnings(config) == []
+
+
+def test_gateway_tls_lines_say_where_tls_ends_and_where_the_ca_is() -> None:
+    from gennstack.summary import gateway_tls_lines
+
+    lines = gateway_tls_lines({"namespace": "gw", "tls": {"hostnames": ["llm.example.com"]}}, "eu-west-1")
+    assert lines[0].endswith("own CA for *.elb.eu-west-1.amazonaws.com, *.envoy-gateway-system.svc.cluster.local, "
+                             "llm.example.com")
+    assert "kubectl get configmap -n gw gennstack-gateway-ca" in lines[1]
+    assert "*.elb.cn-north-1.amazonaws.com.cn," in gateway_tls_lines({}, "cn-north-1")[0]
+    arn = "arn:aws:acm:us-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012"
+    assert gateway_tls_lines({"load_balancer": {"certificate_arn": arn}}, "us-east-1") == [
+        f"    HTTPS on 443: TLS ends at the NLB (ACM {arn}), re-encrypted to Envoy"]

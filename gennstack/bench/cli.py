@@ -25,7 +25,7 @@ LLMPerf-compatible files to --output-dir. Metric definitions: docs/benchmark.md.
 
 examples:
   gennstack bench demo                      # against a local mock server, one command
-  gennstack bench --base-url http://gateway/v1 --model llama --concurrency 32,160,200 --duration 120
+  gennstack bench --base-url https://gateway/v1 --ca-file gennstack-ca.pem --model llama --concurrency 32,160,200
   gennstack bench compare gen1/result.json gen2/result.json
 """
 
@@ -35,6 +35,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, for_demo: bool = False
         parser.add_argument("--base-url", help="OpenAI-compatible base URL, e.g. http://host:8000/v1")
         parser.add_argument("--model", help="model name sent in each request")
         parser.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); never written to results")
+        parser.add_argument("--ca-file", help="PEM CA certificate to trust for an https:// base URL instead of the "
+                                              "public roots (the gateway's own CA: docs/gateway.md)")
     parser.add_argument("--concurrency", default="1,8,32" if for_demo else "1",
                         help="concurrent streams: one level or a comma list run in order, e.g. 32,160,200 (default: %(default)s)")
     length = parser.add_mutually_exclusive_group()
@@ -129,6 +131,7 @@ def config_from_args(args: argparse.Namespace, *, base_url: str, model: str, api
         include_usage=not args.no_usage,
         extra_body=extra_body,
         seed=args.seed,
+        ca_file=getattr(args, "ca_file", None),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -118,6 +119,9 @@ class BenchConfig:
     include_usage: bool = True
     extra_body: dict = field(default_factory=dict)
     seed: int = 0
+    # PEM file of the CA that signed the server's certificate (the gateway's own CA), trusted
+    # instead of the public roots; None: the public roots.
+    ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if (self.duration_s is None) == (self.num_requests is None):
@@ -140,6 +144,11 @@ class BenchConfig:
             raise ConfigError(f"--base-url={self.base_url!r}: must start with http:// or https://")
         if self.request_timeout_s <= 0 or self.stall_timeout_s <= 0:
             raise ConfigError("--timeout and --stall-timeout must be greater than 0 seconds")
+        if self.ca_file is not None:
+            if not self.base_url.startswith("https://"):
+                raise ConfigError(f"--ca-file goes with an https:// --base-url, not {self.base_url!r}")
+            if not Path(self.ca_file).is_file():
+                raise ConfigError(f"--ca-file={self.ca_file!r}: no such file (the CA certificate, PEM)")
 
     @property
     def chat_url(self) -> str:
@@ -170,4 +179,5 @@ class BenchConfig:
             "extra_body": self.extra_body,
             "seed": self.seed,
             "api_key_set": bool(self.api_key),
+            "ca_file": self.ca_file,
         }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,6 +218,11 @@ async def stream_request(
         rec.status, rec.error_class, rec.error_detail = FAILED, BROKEN_STREAM, f"{type(exc).__name__}: {exc}"[:300]
 
 
+def tls_context(config: BenchConfig) -> ssl.SSLContext | bool:
+    """Certificate checks for https: the public roots (aiohttp's default), or only ``--ca-file``."""
+    return ssl.create_default_context(cafile=config.ca_file) if config.ca_file else True
+
+
 async def run_level(
     config: BenchConfig,
     concurrency: int,
@@ -271,7 +277,7 @@ async def run_level(
                 on_record(rec)
 
     timeout = aiohttp.ClientTimeout(total=None, connect=config.stall_timeout_s, sock_read=config.stall_timeout_s)
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0)
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0, ssl=tls_context(config))
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False, trust_env=False) as session:
         tasks = [asyncio.create_task(worker(i, session)) for i in range(concurrency)]
         if stop_at is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "Route",
     "RouteBackend",
     "RoutingTable",
+    "TlsConfig",
     "routing_table",
 ]
 
@@ -156,12 +157,17 @@ FallbackReason = Literal["rate_limited", "context_length"]
 
 
 class LoadBalancerConfig(StrictModel):
-    """The NLB in front of the Envoy proxies (AWS Load Balancer Controller)."""
+    """The NLB in front of the Envoy proxies (AWS Load Balancer Controller).
+
+    TLS is always on (``TlsConfig``): without ``certificate_arn`` the NLB passes TCP through on 443
+    to Envoy, which terminates TLS with the certificate the chart generates; with it the NLB
+    terminates TLS with the ACM certificate and opens a new TLS connection to Envoy.
+    """
 
     # internal: reachable from the VPC (and peered networks) only.
     scheme: Literal["internal", "internet-facing"] = "internal"
-    # ACM certificate: the NLB terminates TLS on 443. Required for internet-facing (API keys
-    # must not cross the Internet in clear text).
+    # ACM certificate (for a name clients already trust): the NLB terminates TLS on 443 with it and
+    # re-encrypts to Envoy. Optional, internet-facing included: without it clients trust the gateway's CA.
     certificate_arn: str | None = None
     # Client CIDRs allowed through the NLB's security group; empty: the VPC for internal,
     # nobody is let through by default for internet-facing (so it must be set).
@@ -187,13 +193,73 @@ class LoadBalancerConfig(StrictModel):
         return value
 
     @model_validator(mode="after")
-    def _public_needs_tls(self) -> LoadBalancerConfig:
-        if self.scheme == "internet-facing":
-            if self.certificate_arn is None:
-                raise FieldError("certificate_arn", None, "an ACM certificate ARN when scheme is internet-facing")
-            if not self.allowed_cidrs:
-                raise FieldError("allowed_cidrs", [], "the client CIDRs to let in when scheme is internet-facing")
+    def _public_needs_cidrs(self) -> LoadBalancerConfig:
+        if self.scheme == "internet-facing" and not self.allowed_cidrs:
+            raise FieldError("allowed_cidrs", [], "the client CIDRs to let in when scheme is internet-facing")
         return self
+
+
+# A certificate carries at most this many names of the user's own (the NLB's wildcard comes on top).
+MAX_TLS_HOSTNAMES = 20
+_DNS_NAME_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def _hostname_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a DNS name in the server certificate, or None when it can."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        pass
+    else:
+        return "is an IP address; the certificate names DNS names only (use a DNS name that resolves to the NLB)"
+    if name.endswith("."):
+        return "ends with '.'; write the name without the trailing dot"
+    if len(name) > 253:
+        return f"is {len(name)} characters; a DNS name has at most 253"
+    labels = name.split(".")
+    if len(labels) < 2:
+        return "has one label; give a fully qualified name such as llm.example.com"
+    if labels[0] == "*":
+        if len(labels) < 3:
+            return "is a wildcard over a top-level domain; a wildcard needs at least two labels after '*.'"
+        labels = labels[1:]
+    for label in labels:
+        if not _DNS_NAME_LABEL_RE.match(label):
+            return (f"has label {label!r}; each label is 1-63 of a-z, 0-9 and '-', not starting or ending with '-' "
+                    "(a wildcard only as the whole first label: '*.example.com')")
+    return None
+
+
+class TlsConfig(StrictModel):
+    """HTTPS on 443, always. The project chart generates a CA and a server certificate at install
+    (kept across upgrades) whose names are the NLB's (``*.elb.<region>.amazonaws.com``) plus these."""
+
+    # Extra DNS names in the server certificate, e.g. a Route 53 alias of the NLB (llm.example.com)
+    # or a wildcard ('*.llm.example.com'); matched case-insensitively, stored lowercase.
+    hostnames: tuple[str, ...] = ()
+
+    @field_validator("hostnames", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        if isinstance(value, (list, tuple)):
+            return tuple(v.lower() if isinstance(v, str) else v for v in value)
+        return value
+
+    @field_validator("hostnames")
+    @classmethod
+    def _hostnames(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            problem = _hostname_problem(name)
+            if problem:
+                raise ValueError(f"{name!r} {problem}")
+        duplicates = sorted({n for n in value if value.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"{duplicates} appear more than once")
+        if len(value) > MAX_TLS_HOSTNAMES:
+            raise ValueError(f"{len(value)} names; at most {MAX_TLS_HOSTNAMES}")
+        return value
 
 
 class LangfuseConfig(StrictModel):
@@ -258,6 +324,8 @@ class GatewayConfig(StrictModel):
     # Largest request body (long prompts); Envoy Gateway's default of 32 KiB is far too small.
     max_request_mib: Annotated[int, Field(ge=1, le=512)] = 50
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
+    # HTTPS on 443 with the chart's own CA (docs/gateway.md "Calling it").
+    tls: TlsConfig = TlsConfig()
     # Secrets Manager secret (name) with the client API keys as JSON {"client-id": "key", ...}.
     # Unset: the stack creates one with a generated key for client "default".
     api_keys_secret_name: SecretName | None = None

@@ -33,6 +33,14 @@ MIN_DRAIN_S = 30
 RATE_LIMIT_POD_LABELS = {"app.kubernetes.io/name": "envoy-ratelimit", "app.kubernetes.io/component": "ratelimit",
                          "app.kubernetes.io/managed-by": "envoy-gateway"}
 GATEWAY_LISTENER = "https"  # the Gateway's one listener (templates/gateway.yaml)
+# The gateway's own TLS (templates/tls.yaml): object names (mirroring _helpers.tpl) and lifetimes.
+TLS_SECRET = f"{GATEWAY_RELEASE}-tls"
+CA_KEY_SECRET = f"{GATEWAY_RELEASE}-ca-key"
+CA_CONFIGMAP = f"{GATEWAY_RELEASE}-ca"
+TLS_CA_VALIDITY_DAYS = 3650
+# 825 days: the longest server certificate Apple platforms accept, even from a private CA.
+TLS_VALIDITY_DAYS = 825
+TLS_RENEW_BEFORE_DAYS = 180
 
 
 def _duration(seconds: int) -> str:
@@ -66,14 +74,33 @@ def fallback_statuses(gateway: GatewayConfig, table: RoutingTable) -> dict[str, 
     return out
 
 
+def nlb_dns_wildcard(region: str, url_suffix: str = "amazonaws.com") -> str:
+    """The one name that covers every NLB the Load Balancer Controller can make in ``region``:
+    NLB DNS names are ``<name>-<id>.elb.<region>.<suffix>`` with ``<name>-<id>`` one label."""
+    return f"*.elb.{region}.{url_suffix}"
+
+
+def in_cluster_dns_wildcard() -> str:
+    """The name pods use for the proxies' Service, which Envoy Gateway makes in its own namespace
+    (``envoy-<namespace>-<gateway>-<hash>``): the wildcard covers any Service name there."""
+    return f"*.{ENVOY_GATEWAY_NAMESPACE}.svc.cluster.local"
+
+
+def tls_dns_names(gateway: GatewayConfig, *, region: str, url_suffix: str = "amazonaws.com") -> list[str]:
+    """Names of the gateway's server certificate: the NLB's wildcard, the proxies' in-cluster
+    Service name, then ``gateway.tls.hostnames``."""
+    return [nlb_dns_wildcard(region, url_suffix), in_cluster_dns_wildcard(), *gateway.tls.hostnames]
+
+
 def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region: str,
-                         api_keys_secret_name: str, redis_secret_name: str = "",
+                         api_keys_secret_name: str, redis_secret_name: str = "", url_suffix: str = "amazonaws.com",
                          system_node_selector: dict[str, str] | None = None,
                          system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Values of ``assets/charts/gennstack-gateway`` for the routing table of enabled models.
 
-    ``region``, ``api_keys_secret_name`` and ``redis_secret_name`` may be CDK tokens; they are
-    names, never secret values. ``redis_secret_name`` is required when the rate limit is on.
+    ``region``, ``api_keys_secret_name``, ``redis_secret_name`` and ``url_suffix`` (the partition's
+    DNS suffix) may be CDK tokens; they are names, never secret values. ``redis_secret_name`` is
+    required when the rate limit is on.
     """
     resilience = gateway.resilience
     lb = gateway.load_balancer
@@ -92,6 +119,12 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                 "scheme": lb.scheme,
                 "certificateArn": lb.certificate_arn or "",
                 "allowedCidrs": list(lb.allowed_cidrs),
+            },
+            "tls": {
+                "dnsNames": tls_dns_names(gateway, region=region, url_suffix=url_suffix),
+                "caValidityDays": TLS_CA_VALIDITY_DAYS,
+                "validityDays": TLS_VALIDITY_DAYS,
+                "renewBeforeDays": TLS_RENEW_BEFORE_DAYS,
             },
         },
         "backends": [

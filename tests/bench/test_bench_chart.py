@@ -98,6 +98,23 @@ def test_the_args_are_flags_gennstack_bench_accepts(helm, bench_parser) -> None:
             assert config.num_requests == 500 and config.duration_s is None and str(config.max_tokens) == "normal:256,64"
 
 
+def test_the_gateway_ca_is_mounted_and_passed(helm, bench_parser) -> None:
+    """HTTPS to the gateway: the CA ConfigMap mounted read-only and given to `--ca-file`."""
+    https = {**REQUIRED, "target.baseUrl": "https://envoy-gw.envoy-gateway-system.svc.cluster.local/v1",
+             "target.caConfigMap.name": "gennstack-gateway-ca"}
+    pod = objects(helm, https)["Job"]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "gateway-ca"]
+    assert volume["configMap"] == {"name": "gennstack-gateway-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    container = pod["containers"][0]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "gateway-ca"]
+    parsed = bench_parser.parse_args(container["args"])
+    assert parsed.ca_file == f"{mount['mountPath']}/ca.crt" and mount["readOnly"] is True
+    plain = objects(helm, REQUIRED)["Job"]["spec"]["template"]["spec"]
+    assert "gateway-ca" not in {v["name"] for v in plain["volumes"]} and "--ca-file" not in plain["containers"][0]["args"]
+    proc = render(helm, {**REQUIRED, "target.caConfigMap.name": "gennstack-gateway-ca"})
+    assert proc.returncode != 0 and "target.caConfigMap.name needs an https:// target.baseUrl" in proc.stderr
+
+
 def test_no_api_key_and_existing_serviceaccount(helm) -> None:
     proc = render(helm, {**REQUIRED, "serviceAccount.name": "bench-runner"}, "--set", "serviceAccount.create=false")
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]

@@ -30,3 +30,15 @@ def mock_backends() -> Iterator[Callable[..., MockServer]]:
         yield start
 
 
+
+
+def validate_chart_objects(docs: list[dict]) -> None:
+    """Every rendered object of the gateway chart against its schema and CEL rules (../shared/crds,
+    External Secrets' v2.9.0 too; Kubernetes' own kinds). The EnvoyPatchPolicy, whose CRD is not
+    there, is checked against its Go types in test_gateway_patches.py."""
+    from tests.k8s_schema import crd_dir, validate
+
+    crd_dir()
+    for doc in docs:
+        if doc["kind"] != "EnvoyPatchPolicy":
+            validate(doc)

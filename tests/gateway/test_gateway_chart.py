@@ -18,8 +18,9 @@ from gennstack.gateway.values import (CLIENT_HEADER, CLIENT_METRICS_LABEL, MIN_D
                                       REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,
                                       envoy_gateway_values, gateway_chart_values, redis_url)
 from gennstack.config_base import frozen
+from tests.gateway.conftest import validate_chart_objects
 from tests.helm import undocumented_values
-from tests.k8s_schema import crd_dir, validate
+from tests.k8s_schema import validate
 
 pytestmark = pytest.mark.slow
 
@@ -52,12 +53,7 @@ def render(helm: Path, gateway: GatewayConfig, enabled=("inf2", "trn2", "g6e"), 
 
 
 def _validate_all(docs: list[dict]) -> None:
-    """Every object, External Secrets' too (v2.9.0 CRDs in ../shared/crds), against its schema and CEL rules.
-    The EnvoyPatchPolicy, whose CRD is not there, is checked against its Go types in test_gateway_patches.py."""
-    crd_dir()
-    for doc in docs:
-        if doc["kind"] != "EnvoyPatchPolicy":
-            validate(doc)
+    validate_chart_objects(docs)
 
 
 def _by_kind(docs: list[dict]) -> dict[str, list[dict]]:
@@ -83,7 +79,7 @@ def test_every_object_validates(default_docs, variant_docs) -> None:
     kinds = {d["kind"] for d in default_docs}
     assert {"GatewayClass", "Gateway", "EnvoyProxy", "ClientTrafficPolicy", "AIGatewayRoute", "AIServiceBackend",
             "Backend", "BackendTrafficPolicy", "SecurityPolicy", "ClusterSecretStore", "ExternalSecret",
-            "Deployment", "Service", "NetworkPolicy", "EnvoyPatchPolicy"} == kinds
+            "Deployment", "Service", "NetworkPolicy", "EnvoyPatchPolicy", "Secret", "ConfigMap"} == kinds
     assert "GatewayConfig" in {d["kind"] for d in variant_docs}
 
 
@@ -234,14 +230,14 @@ def test_load_balancer_internal_by_default_tls_when_configured(default_docs, var
     assert internal["loadBalancerClass"] == "service.k8s.aws/nlb"
     assert internal["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
     assert "service.beta.kubernetes.io/aws-load-balancer-ssl-cert" not in internal["annotations"]
-    (gateway,) = _by_kind(default_docs)["Gateway"]
-    assert gateway["spec"]["listeners"][0]["port"] == 80
     public = service(variant_docs)
     assert public["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internet-facing"
     assert public["annotations"]["service.beta.kubernetes.io/aws-load-balancer-ssl-cert"].startswith("arn:aws:acm:")
     assert public["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
-    (gateway,) = _by_kind(variant_docs)["Gateway"]
-    assert gateway["spec"]["listeners"][0]["port"] == 443
+    # HTTPS on 443 either way (tests/gateway/test_gateway_tls.py)
+    for docs in (default_docs, variant_docs):
+        (gateway,) = _by_kind(docs)["Gateway"]
+        assert [(x["name"], x["protocol"], x["port"]) for x in gateway["spec"]["listeners"]] == [("https", "HTTPS", 443)]
 
 
 def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
@@ -277,16 +273,19 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
 
 
 def test_no_secret_in_any_template_or_value(default_docs, variant_docs) -> None:
-    assert not [d for d in default_docs + variant_docs if d["kind"] == "Secret"]
-    suspicious = re.compile(r"(sk-lf-|pk-lf-|sk-[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|-----BEGIN|password\s*[:=]\s*\S)", re.I)
+    # The only Secrets are the TLS ones whose keys helm generates at render (test_gateway_tls.py);
+    # no secret value comes from the values, the templates or CloudFormation.
+    secrets = {d["metadata"]["name"] for d in default_docs + variant_docs if d["kind"] == "Secret"}
+    assert secrets == {"gennstack-gateway-tls", "gennstack-gateway-ca-key"}
+    suspicious = re.compile(r"(sk-lf-|pk-lf-|sk-[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|-----BEGIN [A-Z ]*PRIVATE KEY|password\s*[:=]\s*\S)", re.I)
     for path in CHART.rglob("*"):
         if path.is_file():
             assert not suspicious.search(path.read_text()), path
     for doc in default_docs + variant_docs:
         text = json.dumps(doc)
         assert not suspicious.search(text), doc["metadata"]["name"]
-        for key in ("stringData", "data"):
-            assert not (doc["kind"] == "Secret" and key in doc)
+        if doc["kind"] == "Secret":
+            assert "stringData" not in doc and doc["type"] == "kubernetes.io/tls"
 
 
 def test_redis_is_where_envoy_gateway_looks(default_docs) -> None:
@@ -332,7 +331,7 @@ def test_values_yaml_is_the_default_config_and_documented() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.validate(values, schema)
     gateway = GatewayConfig()
-    built = gateway_chart_values(gateway, routing_table(gateway), region="", api_keys_secret_name="")
+    built = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="")
     for key in ("backends", "routes", "resilience", "rateLimit", "bufferLimit", "langfuse", "redis"):
         assert values[key] == built[key], key
     jsonschema.validate(built, schema)

@@ -66,7 +66,7 @@ def test_split_is_configurable() -> None:
     ({"models": {"bad name": {"generation": "g6e", "service": "x"}}}, "model name 'bad name'"),
     ({"models": {"m": {"generation": "p5", "service": "x"}}}, "generation"),
     ({"models": {"m": {"generation": "g6e", "service": "Bad_Svc"}}}, "Kubernetes Service name"),
-    ({"load_balancer": {"scheme": "internet-facing"}}, "certificate_arn: got None; allowed: an ACM certificate ARN"),
+    ({"load_balancer": {"scheme": "internet-facing"}}, "allowed_cidrs: got []; allowed: the client CIDRs"),
     ({"load_balancer": {"certificate_arn": "arn:aws:iam::1:cert"}}, "must be an ACM certificate ARN"),
     ({"load_balancer": {"scheme": "internet-facing", "allowed_cidrs": [],
                         "certificate_arn": "arn:aws:acm:us-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012"}},

@@ -47,7 +47,7 @@ app.kubernetes.io/part-of: gennstack
 {{- define "gennstack-bench.args" -}}
 - bench
 - --base-url
-- {{ required "target.baseUrl is required: the gateway's OpenAI-compatible URL, e.g. http://gateway.gennstack.svc.cluster.local/v1" .Values.target.baseUrl | quote }}
+- {{ required "target.baseUrl is required: the gateway's OpenAI-compatible URL, e.g. https://<envoy service>.envoy-gateway-system.svc.cluster.local/v1" .Values.target.baseUrl | quote }}
 - --model
 - {{ required "target.model is required" .Values.target.model | quote }}
 - --concurrency
@@ -69,6 +69,13 @@ app.kubernetes.io/part-of: gennstack
 - {{ .Values.bench.rampUp | toString | quote }}
 {{- if .Values.bench.ignoreEos }}
 - --ignore-eos
+{{- end }}
+{{- if .Values.target.caConfigMap.name }}
+{{- if not (hasPrefix "https://" .Values.target.baseUrl) }}
+{{- fail (printf "target.caConfigMap.name needs an https:// target.baseUrl, not %q" .Values.target.baseUrl) }}
+{{- end }}
+- --ca-file
+- /etc/gennstack-ca/ca.crt
 {{- end }}
 - --output-dir
 - {{ printf "/results/%s" (default .Release.Name .Values.results.runName) | quote }}

@@ -102,3 +102,18 @@ healthCheck:
     baseEjectionTime: {{ $r.outlier.baseEjectionTime }}
     maxEjectionPercent: 100
 {{- end }}
+
+{{/* The server certificate Envoy serves on the HTTPS listener (kubernetes.io/tls, with ca.crt). */}}
+{{- define "gennstack-gateway.tlsSecret" -}}
+{{- printf "%s-tls" (include "gennstack-gateway.fullname" .) }}
+{{- end }}
+
+{{/* The gateway CA's certificate and private key, kept so upgrades re-issue from the same CA. */}}
+{{- define "gennstack-gateway.caKeySecret" -}}
+{{- printf "%s-ca-key" (include "gennstack-gateway.fullname" .) }}
+{{- end }}
+
+{{/* The gateway CA's certificate only, for clients (a ConfigMap). */}}
+{{- define "gennstack-gateway.caConfigMap" -}}
+{{- printf "%s-ca" (include "gennstack-gateway.fullname" .) }}
+{{- end }}
