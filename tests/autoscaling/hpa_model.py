@@ -25,6 +25,14 @@ Written from the upstream sources, not copied; each step names the function it f
   only, which GenNStack does not configure); apis/keda/v1alpha1 ``GetHPAMinReplicas``: the HPA's
   minReplicas is minReplicaCount.
 
+Where the sources were read: KEDA at its v2.20.2 tag (a full mirror of kedacore/keda). The
+kubernetes/kubernetes repository is too large to mirror here, so horizontal.go and
+replica_calculator.go were read as the code-search index stores them, with the v1.36 API types
+(k8s.io/api v0.36.3, autoscaling/v2: ``HPAScalingRules.Tolerance`` is beta behind
+HPAConfigurableTolerance; GenNStack leaves it unset, so the controller's 0.1 applies both ways, the
+same band the older ``math.Abs(1.0-usageRatio) > tolerance`` form gives). Diff this model against the
+v1.36 tag's two files before relying on it for a Kubernetes upgrade.
+
 Time is simulated: the HPA runs every ``sync_seconds`` (15 s, kube-controller-manager's default
 --horizontal-pod-autoscaler-sync-period), and reads the value Prometheus last scraped.
 """
