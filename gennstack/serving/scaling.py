@@ -14,12 +14,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gennstack.config_base import ConfigError
+from gennstack.instances import INSTANCE_TYPES, pool_limits
 
 if TYPE_CHECKING:
     from gennstack.config import GenerationsConfig
     from gennstack.serving.config import ServingConfig
 
-__all__ = ["LOAD_GAUGES", "SCALERS", "check_nodes_admit", "scaling_line"]
+__all__ = ["LOAD_GAUGES", "SCALERS", "check_nodes_admit", "replica_accelerators", "scaling_line", "worst_case_usage"]
 
 # vLLM's scheduler gauges, per engine, labelled model_name (the served name) and engine. Defined in
 # vllm/v1/metrics/loggers.py (PrometheusStatLogger) with these names in both vLLM GenNStack deploys:
@@ -29,24 +30,64 @@ LOAD_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 SCALERS = {"inf2": "Ray Serve autoscaling", "trn2": "KEDA/HPA", "g6e": "KEDA/HPA"}
 
 
+def replica_accelerators(generation: str, instance_types: tuple[str, ...], gpus_per_replica: int) -> int:
+    """Accelerator devices one serving replica asks for: its GPUs on g6e; on Neuron every chip of the
+    smallest configured type (gennstack/serving/values.py ``_chips``: a replica takes a whole node)."""
+    if generation == "g6e":
+        return gpus_per_replica
+    return min(INSTANCE_TYPES[t].accelerators for t in instance_types)
+
+
+def worst_case_usage(instance_types: tuple[str, ...], per_replica: int, replicas: int) -> dict[str, int]:
+    """The most vCPUs, GiB and accelerators the nodes under ``replicas`` serving replicas can add up to.
+
+    Karpenter launches a node only for a pod the scheduler cannot place, so when a node is launched
+    every existing node is full for a replica; later scale-downs free room there, which the next
+    replicas fill before any node is launched. The worst fleet is therefore some full nodes holding at
+    most ``replicas - 1`` replicas, of whatever types add up to the most of a resource (an unbounded
+    knapsack over the types, a full node of type t holding ``accelerators_t // per_replica``), plus
+    one node of the largest type holding the last replica. The types are any Karpenter may pick.
+    """
+    fits = {t: INSTANCE_TYPES[t].accelerators // per_replica for t in instance_types}
+    usable = [t for t, fit in fits.items() if fit > 0]
+    usage: dict[str, int] = {}
+    for resource in ("vcpu", "memory_gib", "accelerators"):
+        best = [0] * replicas  # best[c]: most of the resource in full nodes holding at most c replicas
+        for c in range(1, replicas):
+            best[c] = max([best[c - 1]] + [best[c - fits[t]] + getattr(INSTANCE_TYPES[t], resource)
+                                          for t in usable if fits[t] <= c])
+        last = max(getattr(INSTANCE_TYPES[t], resource) for t in usable)
+        usage[resource] = (best[replicas - 1] if replicas else 0) + last
+    return usage
+
+
 def check_nodes_admit(generations: GenerationsConfig, serving: ServingConfig) -> None:
     """``max_replicas`` must fit under the generation's NodePool limits in the worst case.
 
-    The limits are ``max_nodes`` nodes of the largest configured type (gennstack.instances.pool_limits).
-    The worst case is every replica on a node of its own (a replica never spans nodes; Karpenter may
-    launch a node per pending pod, and accelerator nodes are consolidated only when empty), and that
-    node of the largest type: then ``max_replicas`` nodes must fit, so ``max_replicas <= max_nodes``.
+    The limits (gennstack.instances.pool_limits) are ``max_nodes`` nodes of the largest configured
+    type; :func:`worst_case_usage` is the most the nodes under ``max_replicas`` replicas can take. Each
+    pool (spot, on-demand fallback, reserved) has these limits, so the spot pool alone must admit it.
     Warm spares need no room of their own: a serving pod preempts one (it has the higher priority)
     and takes its node.
     """
+    keys = {"vcpu": "cpu", "memory_gib": "memory_gib", "accelerators": None}
     for name, generation in generations.enabled().items():
         section = getattr(serving, name)
-        if section.max_replicas > generation.max_nodes:
-            raise ConfigError(
-                f"serving.{name}.max_replicas: got {section.max_replicas}; allowed: at most generations.{name}.max_nodes "
-                f"({generation.max_nodes}), the nodes the NodePool's limits admit when each replica has a node of its own; "
-                f"raise generations.{name}.max_nodes or lower max_replicas"
-            )
+        types = generation.instance_types
+        per_replica = replica_accelerators(name, types, getattr(section, "gpus_per_replica", 1))
+        if not any(INSTANCE_TYPES[t].accelerators >= per_replica for t in types):
+            continue  # check_fits reports a replica no type holds
+        limits = pool_limits(types, generation.max_nodes)
+        usage = worst_case_usage(types, per_replica, section.max_replicas)
+        for resource, need in usage.items():
+            key = keys[resource] or INSTANCE_TYPES[types[0]].accelerator_resource
+            if need > limits[key]:
+                raise ConfigError(
+                    f"serving.{name}.max_replicas: got {section.max_replicas}; allowed: at most what "
+                    f"generations.{name}.max_nodes ({generation.max_nodes}) admits: in the worst case "
+                    f"{section.max_replicas} replicas sit on nodes with {need} {key} in all, over the NodePool's "
+                    f"limit of {limits[key]}; raise generations.{name}.max_nodes or lower max_replicas"
+                )
 
 
 def scaling_line(generation: str, section: Mapping[str, Any]) -> str:

@@ -120,7 +120,8 @@ def test_chart_refuses_bad_scaling_values(values, message) -> None:
     ({"inf2": {"min_replicas": 0}}, "serving.inf2.min_replicas: got 0; must be at least 1"),
     ({"g6e": {"min_replicas": 3, "max_replicas": 2}}, "serving.g6e.max_replicas: got 2; allowed: at least min_replicas (3)"),
     ({"g6e": {"target_ongoing_requests": 65}}, "serving.g6e.target_ongoing_requests: got 65; allowed: at most max_num_seqs (64)"),
-    ({"trn2": {"max_replicas": 3}}, "serving.trn2.max_replicas: got 3; allowed: at most generations.trn2.max_nodes (2)"),
+    ({"trn2": {"max_replicas": 3}}, "serving.trn2.max_replicas: got 3; allowed: at most what generations.trn2.max_nodes (2) "
+     "admits: in the worst case 3 replicas sit on nodes with 576 cpu in all, over the NodePool's limit of 384"),
     ({"g6e": {"scale_down_delay_seconds": 3601}}, "serving.g6e.scale_down_delay_seconds: got 3601; Input should be less than or equal to 3600"),
 ])
 def test_config_errors_name_the_key(serving, expected) -> None:
@@ -136,3 +137,28 @@ def test_target_follows_the_batch_unless_set() -> None:
     # A bigger fleet needs the NodePool to admit it, node for node.
     bigger = load_config({"generations": {"trn2": {"max_nodes": 4}}, "serving": {"trn2": {"max_replicas": 4}}})
     assert bigger.serving.trn2.max_replicas == 4
+
+
+@pytest.mark.parametrize("types, per_replica, replicas, expected", [
+    # Default g6e types: 5 full one-GPU g6e.8xlarge (32 vCPU, 256 GiB) and a g6e.12xlarge for the last.
+    (("g6e.xlarge", "g6e.2xlarge", "g6e.4xlarge", "g6e.8xlarge", "g6e.12xlarge"), 1, 6,
+     {"vcpu": 5 * 32 + 48, "memory_gib": 5 * 256 + 384, "accelerators": 5 + 4}),
+    # One 8-GPU type: 6 replicas fit the node launched for the first.
+    (("g6e.48xlarge",), 1, 6, {"vcpu": 192, "memory_gib": 1536, "accelerators": 8}),
+    (("g6e.48xlarge",), 1, 9, {"vcpu": 384, "memory_gib": 3072, "accelerators": 16}),
+    (("g6e.12xlarge",), 2, 3, {"vcpu": 96, "memory_gib": 768, "accelerators": 8}),
+    # Neuron: a replica is a node.
+    (("trn2.48xlarge",), 16, 2, {"vcpu": 384, "memory_gib": 4096, "accelerators": 32}),
+])
+def test_worst_case_usage(types, per_replica, replicas, expected) -> None:
+    from gennstack.serving.scaling import worst_case_usage
+
+    assert worst_case_usage(types, per_replica, replicas) == expected
+
+
+def test_default_node_limits_admit_up_to_eleven_g6e_replicas() -> None:
+    load_config({"serving": {"g6e": {"max_replicas": 11}}})
+    with pytest.raises(ConfigError, match=r"serving\.g6e\.max_replicas: got 12; .* 400 cpu in all, over the NodePool's limit of 384"):
+        load_config({"serving": {"g6e": {"max_replicas": 12}}})
+    # A single 8-GPU type packs: one node admits 8.
+    load_config({"generations": {"g6e": {"instance_types": ["g6e.48xlarge"], "max_nodes": 1}}, "serving": {"g6e": {"max_replicas": 8}}})
