@@ -77,9 +77,10 @@ class _ModelServer(StrictModel):
     # Autoscaling (docs/autoscaling.md): serving replicas between min_replicas and max_replicas,
     # aiming at target_ongoing_requests in-flight requests (running + queued) per replica. gen1
     # (Ray Serve) and gen2/gen3 (KEDA + HPA on vLLM's metrics) read the same keys.
-    # Unset: 80% of max_num_seqs (rounded down, at least 1), so the target follows the batch size.
     min_replicas: ServingReplicas = 1
     max_replicas: ServingReplicas = 2
+    # Unset: 80% of max_num_seqs, rounded down (_default_target), so the target follows the batch
+    # size; the 1 here stands only when max_num_seqs itself is invalid and already reported.
     target_ongoing_requests: Annotated[int, Field(ge=1, le=1024)] = 1
     # Load must stay above target this long before replicas are added (HPA
     # scaleUp.stabilizationWindowSeconds; Ray Serve upscale_delay_s). 60: longer than one 30 s
@@ -107,10 +108,15 @@ class _ModelServer(StrictModel):
             for key, replacement in _RENAMED.items():
                 if key in data:
                     raise FieldError(key, data[key], f"no longer a key: use {replacement}")
-            if "target_ongoing_requests" not in data:
-                seqs = data.get("max_num_seqs", cls.model_fields["max_num_seqs"].default)
-                if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs >= 1:
-                    data = {**data, "target_ongoing_requests": max(1, seqs * 4 // 5)}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_target(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "target_ongoing_requests" not in data:
+            seqs = data.get("max_num_seqs", cls.model_fields["max_num_seqs"].default)
+            if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs >= 1:
+                data = {**data, "target_ongoing_requests": max(1, seqs * 4 // 5)}
         return data
 
     @model_validator(mode="after")
@@ -151,7 +157,6 @@ class Inf2Serving(_ModelServer):
     # core idles (8 idle cores are a third of the node's price). Which degrees fit, and how many
     # sequences, is computed per NeuronCore by gennstack.serving.capacity for the model served.
     tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 24
-
 
 
 class Trn2Serving(_ModelServer):
