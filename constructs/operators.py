@@ -52,15 +52,33 @@ def chart_values() -> dict[str, dict[str, Any]]:
             "replicas": 2,
             "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
         },
+        versions.KEDA.name: keda_values(),
+    }
+
+
+def keda_values() -> dict[str, Any]:
+    """KEDA's chart values (kedacore/charts keda/values.yaml at v2.20.2): all three of its Deployments
+    (operator, metrics API server, admission webhooks) on the system nodes, via the chart's top-level
+    ``nodeSelector``/``tolerations``, which each component's own keys default to; its CRDs from the
+    chart (``crds.install``). Two operator replicas: one leads, the other takes over if its node goes.
+    """
+    return {
+        "nodeSelector": SYSTEM_NODE_SELECTOR,
+        "tolerations": SYSTEM_TOLERATIONS,
+        "crds": {"install": True},
+        "operator": {"replicaCount": 2},
+        "podDisruptionBudget": {"operator": {"maxUnavailable": 1}},
     }
 
 
 class Operators(Construct):
-    """The Neuron and NVIDIA device plugins, the KubeRay operator and metrics-server.
+    """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA.
 
     Relies on: Karpenter does not mark an accelerator node initialized until its device plugin
     registers ``aws.amazon.com/neuron`` or ``nvidia.com/gpu``; none of these charts calls AWS, so
-    none needs a role.
+    none needs a role. KEDA's metrics API server (port 6443, an APIService for
+    ``external.metrics.k8s.io``) is reached by the control plane through the cluster security group
+    the system node group shares with it.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster) -> None:
@@ -71,15 +89,18 @@ class Operators(Construct):
             versions.NVIDIA_DEVICE_PLUGIN.name: "kube-system",
             versions.KUBERAY_OPERATOR.name: "kuberay-system",
             versions.METRICS_SERVER.name: "kube-system",
+            versions.KEDA.name: "keda",
         }
         construct_ids = {
             versions.NEURON.name: "Neuron",
             versions.NVIDIA_DEVICE_PLUGIN.name: "NvidiaDevicePlugin",
             versions.KUBERAY_OPERATOR.name: "KubeRayOperator",
             versions.METRICS_SERVER.name: "MetricsServer",
+            versions.KEDA.name: "Keda",
         }
         self.charts: dict[str, eks.HelmChart] = {}
-        for chart in (versions.NEURON, versions.NVIDIA_DEVICE_PLUGIN, versions.KUBERAY_OPERATOR, versions.METRICS_SERVER):
+        for chart in (versions.NEURON, versions.NVIDIA_DEVICE_PLUGIN, versions.KUBERAY_OPERATOR, versions.METRICS_SERVER,
+                      versions.KEDA):
             self.charts[chart.name] = pinned_chart(
                 self,
                 construct_ids[chart.name],
@@ -87,7 +108,7 @@ class Operators(Construct):
                 chart=chart,
                 namespace=namespaces[chart.name],
                 values=values[chart.name],
-                # KubeRay's operator must serve before the serving chart's RayService arrives.
+                # KubeRay's operator (and KEDA, for ScaledObjects) must serve before the serving chart arrives.
                 wait=True,
                 timeout=Duration.minutes(10),
             )

@@ -17,6 +17,7 @@ from typing import Any
 from gennstack.deploy_warnings import config_warnings
 from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
+from gennstack.serving.scaling import scaling_line
 
 CONFIG_METADATA_KEY = "GenNStack::Config"
 
@@ -161,15 +162,14 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             lines.append(f"  Generation {gen_name}: disabled")
             continue
         section = serving.get(gen_name, {})
-        if "min_replicas" in section:
-            replicas = f"{section['min_replicas']}-{section['max_replicas']} replicas (Ray Serve autoscaling)"
-        else:
-            replicas = f"{section.get('replicas', '?')} replica(s)"
+        replicas = f"{section.get('min_replicas', '?')}-{section.get('max_replicas', '?')} replicas"
         where = f"serves {section.get('served_model_name', '?')}, {replicas}" if has_serving_chart else "not served by this stack"
         lines.append(
             f"  Generation {gen_name}: {generation.get('model_id')} @ {generation.get('model_revision')}: {where}, "
             f"{section.get('warm_spare_replicas', 0)} warm spare(s)"
         )
+        if has_serving_chart and "target_ongoing_requests" in section:
+            lines.append(f"    {scaling_line(gen_name, section)}")
         capacity = capacity_line(gen_name, generation, section)
         if has_serving_chart and capacity:
             lines.append(f"    Memory: {capacity}")

@@ -77,6 +77,9 @@ METRICS_SERVER = Chart("metrics-server", "https://kubernetes-sigs.github.io/metr
 ENVOY_GATEWAY = Chart("gateway-helm", "oci://docker.io/envoyproxy/gateway-helm", "v1.8.3")
 AI_GATEWAY_CRDS = Chart("ai-gateway-crds-helm", "oci://docker.io/envoyproxy/ai-gateway-crds-helm", "v1.1.0")
 AI_GATEWAY = Chart("ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-helm", "v1.1.0")
+# KEDA: scales gen2/gen3 serving Deployments on vLLM's load metrics from Prometheus. 2.20.2: the
+# release whose CRDs (../shared/crds/keda.sh) the tests validate ScaledObjects against.
+KEDA = Chart("keda", "https://kedacore.github.io/charts", "2.20.2")
 # Syncs the gateway's API keys (and Langfuse keys) from Secrets Manager into Kubernetes Secrets.
 EXTERNAL_SECRETS = Chart("external-secrets", "https://charts.external-secrets.io", "2.9.0")
 
@@ -88,6 +91,7 @@ CHARTS: tuple[Chart, ...] = (
     KUBERAY_OPERATOR,
     AWS_LOAD_BALANCER_CONTROLLER,
     METRICS_SERVER,
+    KEDA,
     ENVOY_GATEWAY,
     AI_GATEWAY_CRDS,
     AI_GATEWAY,

@@ -273,7 +273,7 @@ def test_karpenter_crds_install_before_controller_and_node_pools(synth: Synth) -
     assert node_pools and all(depends_on(synth.template, k, crd_chart) for k in node_pools)
 
 
-@pytest.mark.parametrize("chart", ["kuberay-operator", "metrics-server", "aws-load-balancer-controller"])
+@pytest.mark.parametrize("chart", ["kuberay-operator", "metrics-server", "aws-load-balancer-controller", "keda"])
 def test_controllers_run_on_system_nodes(synth: Synth, chart: str) -> None:
     values = _values(_charts(synth)[chart])
     assert values["nodeSelector"] == {"gennstack.io/pool": "system"}

@@ -206,7 +206,9 @@ def test_all_errors_reported_at_once() -> None:
 
 
 def test_partial_generation_keeps_its_defaults() -> None:
-    config = load_config({"generations": {"trn2": {"enabled": False}, "g6e": {"max_nodes": 2}}})
+    # Two g6e nodes admit two replicas in the worst case (gennstack.serving.scaling.check_nodes_admit).
+    config = load_config({"generations": {"trn2": {"enabled": False}, "g6e": {"max_nodes": 2}},
+                          "serving": {"g6e": {"min_replicas": 1, "max_replicas": 2}}})
     assert config.generations.trn2.enabled is False
     assert config.generations.trn2.instance_types == ("trn2.48xlarge",)
     assert config.generations.g6e.max_nodes == 2

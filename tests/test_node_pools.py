@@ -101,7 +101,8 @@ def test_instance_types_and_taints() -> None:
 
 
 def test_limits_follow_max_nodes() -> None:
-    pools = _pools({"generations": {"inf2": {"max_nodes": 3}, "g6e": {"max_nodes": 2}}})
+    pools = _pools({"generations": {"inf2": {"max_nodes": 3}, "g6e": {"max_nodes": 2}},
+                    "serving": {"g6e": {"min_replicas": 1, "max_replicas": 2}}})
     assert pools["gen1-inf2"]["spec"]["limits"] == {"cpu": "576", "memory": "2304Gi", "aws.amazon.com/neuron": "36"}
     # g6e: the largest configured type (12xlarge: 48 vCPU, 384 GiB, 4 GPUs) times two nodes.
     assert pools["gen3-g6e"]["spec"]["limits"] == {"cpu": "96", "memory": "768Gi", "nvidia.com/gpu": "8"}

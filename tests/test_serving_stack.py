@@ -83,6 +83,8 @@ def test_chart_installs_after_operators_node_pools_and_associations(synth: Synth
     ]
     depends = set(resources[chart_id]["DependsOn"])
     assert any(d.startswith("OperatorsKubeRayOperator") for d in depends)
+    # ScaledObjects need KEDA's CRDs, which its chart installs.
+    assert any(d.startswith("OperatorsKeda") for d in depends)
     assert any(d.startswith("NodePools") for d in depends)
     assert {d for d in depends if d.startswith("Serving") and "Association" in d} == {
         k for k in resources if k.startswith("ServingServingAssociation") or k.startswith("ServingStagingAssociation")

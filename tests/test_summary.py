@@ -23,7 +23,15 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "karpenter 1.14.1" in text and "nvidia-device-plugin 0.20.1" in text
     assert "NodePool gen1-inf2: inf2.48xlarge (spot, weight 50; limits cpu=768, memory=3072Gi, aws.amazon.com/neuron=48)" in text
     assert "NodePool gen1-inf2-on-demand: inf2.48xlarge (on-demand, weight 10;" in text
-    assert "Generation g6e: openai/gpt-oss-20b @ main: serves gpt-oss-20b, 2 replica(s), 0 warm spare(s)" in text
+    assert "Generation g6e: openai/gpt-oss-20b @ main: serves gpt-oss-20b, 2-6 replicas, 0 warm spare(s)" in text
+    # Per generation: the scaling range, scaler and signal (gennstack.serving.scaling).
+    lines = text.splitlines()
+    assert ("    Scaling: 2-6 replicas by KEDA/HPA on vllm:num_requests_running + vllm:num_requests_waiting per replica, "
+            "target 51 (batch 64); up after 60 s, down after 600 s below target; at most 384 sequences at once") in lines
+    assert ("    Scaling: 1-2 replicas by KEDA/HPA on vllm:num_requests_running + vllm:num_requests_waiting per replica, "
+            "target 12 (batch 16); up after 60 s, down after 1800 s below target; at most 32 sequences at once") in lines
+    assert ("    Scaling: 1-2 replicas by Ray Serve autoscaling on in-flight requests per replica, "
+            "target 16 (batch 20); up after 60 s, down after 600 s below target; at most 40 sequences at once") in lines
     assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
     # Per generation: layout and bytes per NeuronCore/GPU from gennstack.serving.capacity.
     assert ("    Memory: TP 24, 20 seqs x 8192 tokens; per NeuronCore (16.00 GB): weights 6.22 GB, KV 6.71 GB, "

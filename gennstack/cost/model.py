@@ -6,9 +6,10 @@ CDK), so ``gennstack cost``, ``gennstack summary``, the benchmark report and the
 
 How the config becomes nodes (what the serving chart and Karpenter do with it):
 
-* A Neuron replica (inf2, trn2) takes every device of its node: one replica per node. gen1-inf2
-  runs ``serving.inf2.min_replicas`` (Ray Serve scales up to ``max_replicas``); gen2-trn2 runs
-  ``serving.trn2.replicas``.
+* Every generation runs ``serving.<gen>.min_replicas`` all the time and scales up to
+  ``max_replicas`` under load (Ray Serve on inf2, KEDA on trn2 and g6e: docs/autoscaling.md);
+  the always-on cost is that of ``min_replicas``, the ceiling that of the NodePool limits.
+* A Neuron replica (inf2, trn2) takes every device of its node: one replica per node.
 * A g6e replica takes ``serving.g6e.gpus_per_replica`` GPUs, so a node of G GPUs holds
   ``G // gpus_per_replica`` replicas (a g6e.12xlarge holds four one-GPU replicas).
 * Warm spares (``serving.<gen>.warm_spare_replicas``) are shaped like a serving replica and land
@@ -117,11 +118,8 @@ def replicas_per_node(generation: str, instance_type: str, width: int = 1) -> in
 
 def serving_replicas(config: GenNStackConfig, generation: str) -> tuple[int, int]:
     """(replicas, warm spares) the config runs for ``generation`` all the time."""
-    serving = config.serving
-    if generation == "inf2":
-        return serving.inf2.min_replicas, serving.inf2.warm_spare_replicas
-    section = getattr(serving, generation)
-    return section.replicas, section.warm_spare_replicas
+    section = getattr(config.serving, generation)
+    return section.min_replicas, section.warm_spare_replicas
 
 
 def candidate_layouts(config: GenNStackConfig, generation: str) -> list[NodeLayout]:

@@ -21,7 +21,7 @@ Whether a layout fits the accelerators' memory depends on the model served, whic
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -40,6 +40,14 @@ _IMAGE_RE = re.compile(
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 Replicas = Annotated[int, Field(ge=0, le=100)]
+# Serving replicas: at least one. Scale-to-zero is not offered: a generation at zero has no server
+# to report load (the autoscaling signal is the servers' own metrics), so nothing would wake it,
+# and its cold start (a node, the image, the weights; up to an hour on trn2) is no request's wait.
+ServingReplicas = Annotated[int, Field(ge=0, le=100)]  # 0 is refused with the reason, below
+# Keys that were renamed, and the message that says what replaced them.
+_RENAMED = {
+    "replicas": "min_replicas and max_replicas (replicas now scale on load between them; set both to N for a fixed N)",
+}
 
 
 def _check_image(value: str | None) -> str | None:
@@ -66,6 +74,60 @@ class _ModelServer(StrictModel):
     warm_spare_replicas: Replicas = 0
     # A full image reference that replaces the chart's pinned default for this generation.
     image: str | None = None
+    # Autoscaling (docs/autoscaling.md): serving replicas between min_replicas and max_replicas,
+    # aiming at target_ongoing_requests in-flight requests (running + queued) per replica. gen1
+    # (Ray Serve) and gen2/gen3 (KEDA + HPA on vLLM's metrics) read the same keys.
+    min_replicas: ServingReplicas = 1
+    max_replicas: ServingReplicas = 2
+    # Unset: 80% of max_num_seqs, rounded down (_default_target), so the target follows the batch
+    # size; the 1 here stands only when max_num_seqs itself is invalid and already reported.
+    target_ongoing_requests: Annotated[int, Field(ge=1, le=1024)] = 1
+    # Load must stay above target this long before replicas are added (HPA
+    # scaleUp.stabilizationWindowSeconds; Ray Serve upscale_delay_s). 60: longer than one 30 s
+    # Prometheus scrape, so a blip one scrape sees adds nothing (tests/autoscaling).
+    scale_up_delay_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
+    # Load must stay below what fewer replicas could carry for this long before one is removed (HPA
+    # scaleDown.stabilizationWindowSeconds; Ray Serve downscale_delay_s). At most 3600 (the HPA's cap).
+    scale_down_delay_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
+
+    @field_validator("min_replicas", "max_replicas")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(
+                "must be at least 1: scale-to-zero is not offered, since a generation at zero replicas has no server "
+                "to report load and nothing would wake it (docs/autoscaling.md); disable the generation instead "
+                "(generations.<name>.enabled: false)"
+            )
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, replacement in _RENAMED.items():
+                if key in data:
+                    raise FieldError(key, data[key], f"no longer a key: use {replacement}")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_target(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "target_ongoing_requests" not in data:
+            seqs = data.get("max_num_seqs", cls.model_fields["max_num_seqs"].default)
+            if isinstance(seqs, int) and not isinstance(seqs, bool) and seqs >= 1:
+                data = {**data, "target_ongoing_requests": max(1, seqs * 4 // 5)}
+        return data
+
+    @model_validator(mode="after")
+    def _scaling(self) -> _ModelServer:
+        if self.max_replicas < self.min_replicas:
+            raise FieldError("max_replicas", self.max_replicas, f"at least min_replicas ({self.min_replicas})")
+        if self.target_ongoing_requests > self.max_num_seqs:
+            raise FieldError(
+                "target_ongoing_requests", self.target_ongoing_requests, f"at most max_num_seqs ({self.max_num_seqs}), the batch one replica runs"
+            )
+        return self
 
     @field_validator("served_model_name")
     @classmethod
@@ -88,26 +150,13 @@ class Inf2Serving(_ModelServer):
     # 20: at TP 24 and 8192 tokens each sequence's KV cache takes 0.34 GB per NeuronCore; 24 would
     # fit next to 6.22 GB of weights and the runtime reserve, 20 leaves 1.47 GB spare.
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 20
-    # Ray Serve autoscaling: replicas (one per inf2.48xlarge) between these bounds ...
-    min_replicas: Replicas = 1
-    max_replicas: Replicas = 2
-    # ... aiming at this many in-flight requests per replica.
-    target_ongoing_requests: Annotated[int, Field(ge=1, le=1024)] = 16
+    # Ray Serve autoscaling: replicas (one per inf2.48xlarge) between min_replicas (1) and
+    # max_replicas (2), aiming at 16 in-flight requests per replica (80% of the 20 it batches).
     # Tensor parallelism over NeuronCores. 24, all of an inf2.48xlarge: NxD Inference pads the
     # 64 query heads to 72 (3 per core) and replicates each of the 8 KV heads to 3 cores, so no
     # core idles (8 idle cores are a third of the node's price). Which degrees fit, and how many
     # sequences, is computed per NeuronCore by gennstack.serving.capacity for the model served.
     tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 24
-
-    @model_validator(mode="after")
-    def _layout(self) -> Inf2Serving:
-        if self.max_replicas < self.min_replicas:
-            raise FieldError("max_replicas", self.max_replicas, f"at least min_replicas ({self.min_replicas})")
-        if self.target_ongoing_requests > self.max_num_seqs:
-            raise FieldError(
-                "target_ongoing_requests", self.target_ongoing_requests, f"at most max_num_seqs ({self.max_num_seqs}), the batch one replica runs"
-            )
-        return self
 
 
 class Trn2Serving(_ModelServer):
@@ -116,8 +165,9 @@ class Trn2Serving(_ModelServer):
     served_model_name: str = "llama-4-maverick"
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 8192
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 16
-    # Deployment replicas, one per trn2.48xlarge.
-    replicas: Replicas = 1
+    # Deployment replicas, one per trn2.48xlarge, scaled by KEDA between min and max. A new replica
+    # loads ~800 GB (up to an hour), so scale-down waits 30 minutes of low load.
+    scale_down_delay_seconds: Annotated[int, Field(ge=0, le=3600)] = 1800
     # Tensor parallelism over the 64 logical NeuronCores: attention, dense and MoE layers split 64
     # ways (Maverick is ~801 GB in BF16; 32 cores hold 768 GB, too little). NxD Inference's Llama 4
     # guide runs text TP 64 with context parallelism 16 and the vision encoder at TP 16 x DP 4;
@@ -153,8 +203,10 @@ class G6eServing(_ModelServer):
     served_model_name: str = "gpt-oss-20b"
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 32768
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 64
-    # Deployment replicas; several fit on one multi-GPU node (a g6e.12xlarge runs 4 at 1 GPU each).
-    replicas: Replicas = 2
+    # Deployment replicas, scaled by KEDA between min and max; several fit on one multi-GPU node (a
+    # g6e.12xlarge runs 4 at 1 GPU each).
+    min_replicas: ServingReplicas = 2
+    max_replicas: ServingReplicas = 6
     # GPUs per replica, which is vLLM's tensor-parallel size. 1: GPT-OSS 20B in MXFP4 needs ~16 GB,
     # one 48 GB L40S holds it with room for the KV cache, and L40S has no NVLink, so splitting a
     # replica across GPUs only adds PCIe traffic. 4 is the original `--tensor-parallel-size 4`.

@@ -15,6 +15,7 @@ from gennstack.config_base import ConfigError
 from gennstack.instances import INSTANCE_TYPES
 from gennstack.serving.capacity import MODELS, CapacityError, Layout, Plan, check, plan
 from gennstack.serving.config import ServingConfig
+from gennstack.serving.scaling import check_nodes_admit
 
 if TYPE_CHECKING:
     from gennstack.config import GenerationsConfig
@@ -84,6 +85,7 @@ def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
             raise ConfigError(f"serving.{name}.{exc}") from None
     if trn2.enabled:
         _check_chunked_attention(serving, MODELS[trn2.model_id])
+    check_nodes_admit(generations, serving)
 
 
 def _check_heads(name: str, serving: ServingConfig, model) -> None:

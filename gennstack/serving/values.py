@@ -16,6 +16,7 @@ from typing import Any
 
 from gennstack.config import ConfigError, GenerationConfig, GenNStackConfig
 from gennstack.instances import INSTANCE_TYPES
+from gennstack.observability.names import PROMETHEUS_URL
 from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn2Serving
 from gennstack.serving.fit import check_fits
 from gennstack.storage_layout import compile_cache_prefix, model_prefix
@@ -98,6 +99,8 @@ def serving_values(
         },
         "neuron": {"sdkVersion": NEURON_SDK_VERSION},
         "staging": {"enabled": serving.staging, "hfTokenSecret": hf_token_secret},
+        # KEDA (constructs/operators.py) scales gen2/gen3 on what GenNStack's Prometheus scrapes.
+        "autoscaling": {"enabled": True, "prometheusUrl": PROMETHEUS_URL},
         "inf2": {**_model(gens.inf2, serving.inf2), **_inf2(serving.inf2, gens.inf2)},
         "trn2": {**_model(gens.trn2, serving.trn2), **_trn2(serving.trn2, gens.trn2)},
         "g6e": {**_model(gens.g6e, serving.g6e), **_g6e(serving.g6e)},
@@ -113,6 +116,13 @@ def _model(generation: GenerationConfig, section: Inf2Serving | Trn2Serving | G6
         "maxModelLen": section.max_model_len,
         "maxNumSeqs": section.max_num_seqs,
         "warmSpareReplicas": section.warm_spare_replicas,
+        # The same scaling keys for every generation: Ray Serve's autoscaling_config on gen1, a
+        # KEDA ScaledObject (an HPA) on gen2 and gen3.
+        "minReplicas": section.min_replicas,
+        "maxReplicas": section.max_replicas,
+        "targetOngoingRequests": section.target_ongoing_requests,
+        "scaleUpDelaySeconds": section.scale_up_delay_seconds,
+        "scaleDownDelaySeconds": section.scale_down_delay_seconds,
     }
     if section.image is not None:
         values["image"] = section.image
@@ -129,9 +139,6 @@ def _inf2(section: Inf2Serving, generation: GenerationConfig) -> dict[str, Any]:
     return {
         "tensorParallelSize": section.tensor_parallel_size,
         "neuronChips": _chips(generation),
-        "minReplicas": section.min_replicas,
-        "maxReplicas": section.max_replicas,
-        "targetOngoingRequests": section.target_ongoing_requests,
     }
 
 
@@ -142,13 +149,11 @@ def _trn2(section: Trn2Serving, generation: GenerationConfig) -> dict[str, Any]:
         "visionTensorParallelSize": section.vision_tensor_parallel_size,
         "saveShardedCheckpoint": section.save_sharded_checkpoint,
         "neuronChips": _chips(generation),
-        "replicas": section.replicas,
     }
 
 
 def _g6e(section: G6eServing) -> dict[str, Any]:
     return {
-        "replicas": section.replicas,
         "gpusPerReplica": section.gpus_per_replica,
         "gpuMemoryUtilization": section.gpu_memory_utilization,
         "toolCallParser": section.tool_call_parser or "",

@@ -58,7 +58,7 @@ def test_one_gpu_replicas_pack_onto_a_four_gpu_node_with_warm_spares() -> None:
     """Only g6e.12xlarge allowed (4 GPUs): 6 replicas + 1 warm spare = 7 one-GPU slots -> ceil(7 / 4) = 2 nodes,
     1 slot idle; 2 x 10.49264 = 20.98528 on demand."""
     c = config({"generations": {"g6e": {"instance_types": ["g6e.12xlarge"]}},
-                "serving": {"g6e": {"replicas": 6, "warm_spare_replicas": 1}}})
+                "serving": {"g6e": {"min_replicas": 6, "max_replicas": 6, "warm_spare_replicas": 1}}})
     b = hourly_cost(c, TABLE)
     layout = b.layouts["g6e"]
     assert (layout.nodes, layout.replicas_per_node, layout.idle_slots) == (2, 4, 1)
@@ -68,7 +68,7 @@ def test_one_gpu_replicas_pack_onto_a_four_gpu_node_with_warm_spares() -> None:
 
 def test_tensor_parallel_4_takes_a_whole_node_per_replica() -> None:
     """The seed layout: gpus_per_replica 4 on g6e.12xlarge, 8 replicas -> 8 nodes = 83.94112 $/h on demand."""
-    c = config({"generations": {"g6e": {"instance_types": ["g6e.12xlarge"]}}, "serving": {"g6e": {"replicas": 8, "gpus_per_replica": 4}}})
+    c = config({"generations": {"g6e": {"instance_types": ["g6e.12xlarge"]}}, "serving": {"g6e": {"min_replicas": 8, "max_replicas": 8, "gpus_per_replica": 4}}})
     assert hourly_cost(c, TABLE).groups["g6e"][0].on_demand_usd_per_hour == pytest.approx(83.94112)
 
 

@@ -88,7 +88,7 @@ def test_all_generations_render_valid_objects(rendered_all) -> None:
     kinds = {o["kind"] for o in rendered_all}
     assert kinds == {"ServiceAccount", "PriorityClass", "Role", "RoleBinding", "ConfigMap", "RayService",
                      "Deployment", "Service", "PodDisruptionBudget", "Job", "Secret", "NetworkPolicy",
-                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+                     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ScaledObject"}
     by_name = named(rendered_all)
     # The names the gateway and the spot-interruption handler rely on.
     for pool in ("gen2-trn2", "gen3-g6e"):
@@ -398,11 +398,13 @@ def test_do_not_disrupt_can_be_kept_for_good() -> None:
 
 
 def test_ray_serve_autoscaling_follows_values(rendered_all) -> None:
-    values = merged(REQUIRED, only("inf2"), {"inf2": {"minReplicas": 2, "maxReplicas": 4, "targetOngoingRequests": 8}})
+    values = merged(REQUIRED, only("inf2"), {"inf2": {"minReplicas": 2, "maxReplicas": 4, "targetOngoingRequests": 8,
+                                                      "scaleUpDelaySeconds": 45, "scaleDownDelaySeconds": 900}})
     service = named(helm.render(CHART, values))[("RayService", "gen1-inf2")]
     serve = yaml.safe_load(service["spec"]["serveConfigV2"])
     deployment = serve["applications"][0]["deployments"][0]
-    assert deployment["autoscaling_config"] == {"min_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 8}
+    assert deployment["autoscaling_config"] == {"min_replicas": 2, "max_replicas": 4, "target_ongoing_requests": 8,
+                                                "upscale_delay_s": 45, "downscale_delay_s": 900}
     assert deployment["ray_actor_options"]["resources"] == {"neuron_cores": 24}
     assert serve["applications"][0]["import_path"] == "gennstack_serve:app"
     assert serve["http_options"]["port"] == 8000 and serve["applications"][0]["route_prefix"] == "/"

@@ -75,7 +75,7 @@ def test_field_errors_name_key_and_allowed(data, key, expected) -> None:
 
 def test_config_is_frozen() -> None:
     with pytest.raises(ValidationError):
-        ServingConfig().g6e.replicas = 3  # type: ignore[misc]
+        ServingConfig().g6e.min_replicas = 3  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("context, serving, expected", [

@@ -67,7 +67,7 @@ RAY_2_60_0_SERVE_KEYS = {
     "DeploymentSchema": {"name", "max_ongoing_requests", "autoscaling_config", "health_check_period_s",
                          "health_check_timeout_s", "graceful_shutdown_wait_loop_s", "graceful_shutdown_timeout_s",
                          "ray_actor_options"},
-    "AutoscalingConfig": {"min_replicas", "max_replicas", "target_ongoing_requests"},
+    "AutoscalingConfig": {"min_replicas", "max_replicas", "target_ongoing_requests", "upscale_delay_s", "downscale_delay_s"},
     "RayActorOptionsSchema": {"num_cpus", "resources"},
 }
 # `proxy_location` values (ray/serve/config.py ProxyLocation, Ray 2.60.0).
