@@ -126,11 +126,10 @@ def price_rules(config: MonitoringConfig) -> list[dict[str, Any]]:
     rules = []
     for instance_type, prices in sorted(config.hourly_prices.items()):
         for capacity_type, price in sorted(prices.items()):
-            expr = f"vector({price:g})"
-            for label, value in (("label_node_kubernetes_io_instance_type", instance_type),
-                                 ("label_karpenter_sh_capacity_type", capacity_type)):
-                expr = f'label_replace({expr}, "{label}", "{value}", "", "")'
-            rules.append({"record": PRICE_RECORD, "expr": expr})
+            rules.append({"record": PRICE_RECORD, "expr": f"vector({price:g})", "labels": {
+                "label_node_kubernetes_io_instance_type": instance_type,
+                "label_karpenter_sh_capacity_type": capacity_type,
+            }})
     return rules
 
 
