@@ -126,6 +126,9 @@ def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]
         _panel("HTTP responses by status", "reqps", [
             (f'sum by (status) (rate(http_requests_total{{{sel}, handler=~"/v1/.*"}}[{RATE}]))', "{{status}}"),
         ]),
+        _panel("Finished requests by reason", "reqps", [
+            (f"sum by (finished_reason) (rate(vllm:request_success_total{{{sel}}}[{RATE}]))", "{{finished_reason}}"),
+        ], description="vLLM FinishReason: stop (the model ended), length (max_tokens or the context), abort (the client left), error, repetition."),
         _panel("Replicas", "none", _replicas(pool)),
         _panel("Nodes, spot vs on-demand", "none", _nodes(generation)),
         *accelerator,
