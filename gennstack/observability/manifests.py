@@ -70,7 +70,10 @@ def pod_monitors(*, generations: list[str], serving_namespace: str) -> list[dict
             "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-ray"),
             "spec": {
                 "namespaceSelector": {"matchNames": [serving_namespace]},
-                "selector": {"matchLabels": {"app.kubernetes.io/name": POOLS["inf2"]}},
+                # The Ray head (component ray-head) and workers (server), not Redis, compile Jobs or spares.
+                "selector": {"matchLabels": {"app.kubernetes.io/name": POOLS["inf2"]}, "matchExpressions": [
+                    {"key": "app.kubernetes.io/component", "operator": "In", "values": ["ray-head", "server"]},
+                ]},
                 "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL,
                                          "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD]}],
             },
