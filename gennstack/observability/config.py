@@ -66,8 +66,10 @@ class MonitoringConfig(StrictModel):
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 15
     alertmanager_storage_gib: Annotated[int, Field(ge=1, le=1024)] = 5
     grafana_storage_gib: Annotated[int, Field(ge=1, le=1024)] = 10
-    # Where Prometheus, Alertmanager and Grafana run: the system node group or an on-demand general pool.
-    placement: Literal["system", "on-demand"] = "system"
+    # Where Prometheus, Alertmanager, Grafana, kube-state-metrics, the operator and YACE run.
+    # on-demand: on-demand nodes of Karpenter's general pool, which grows with their requests.
+    # system: the fixed-size system node group (2 x m7i.large by default), only when it has room.
+    placement: Literal["system", "on-demand"] = "on-demand"
     alerts: AlertsConfig = AlertsConfig()
     managed_prometheus: ManagedPrometheusConfig = ManagedPrometheusConfig()
     # USD per node-hour by instance type and capacity type, for the cost dashboard:

@@ -21,6 +21,9 @@ _TARGETS = {
 }
 
 
+_PLACES = {"system": "the system node group", "on-demand": "on-demand general-pool nodes"}
+
+
 def _manifest_objects(template: dict[str, Any]) -> list[dict[str, Any]]:
     objects = []
     for resource in template.get("Resources", {}).values():
@@ -49,7 +52,7 @@ def monitoring_lines(template: dict[str, Any], config: dict[str, Any], chart_ver
     lines = [
         f"  Monitoring: kube-prometheus-stack {chart_versions['kube-prometheus-stack']} in {names.MONITORING_NAMESPACE} "
         f"(Prometheus {monitoring.get('prometheus_storage_gib', '?')} GiB, {monitoring.get('retention_days', '?')} d retention, "
-        f"on {monitoring.get('placement', '?')} nodes; remote write to Amazon Managed Service for Prometheus "
+        f"on {_PLACES.get(monitoring.get('placement', ''), '?')}; remote write to Amazon Managed Service for Prometheus "
         f"{'on' if remote.get('enabled') else 'off'})"
     ]
     scraped = []

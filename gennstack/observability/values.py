@@ -22,6 +22,8 @@ YACE_SERVICE_ACCOUNT = "gennstack-cloudwatch-exporter"
 # kube-prometheus-stack names Prometheus' ServiceAccount "<fullname>-prometheus"
 # (templates/_helpers.tpl, kube-prometheus-stack.prometheus.serviceAccountName).
 PROMETHEUS_SERVICE_ACCOUNT = f"{names.KPS_FULLNAME}-prometheus"
+# Grafana's Service and admin Secret (grafana chart templates/_helpers.tpl grafana.fullname).
+GRAFANA_FULLNAME = f"{names.KPS_FULLNAME}-grafana"
 # Grafana's dashboard sidecar picks up ConfigMaps with this label (kube-prometheus-stack values.yaml,
 # grafana.sidecar.dashboards.label / labelValue).
 DASHBOARD_LABEL = {"grafana_dashboard": "1"}
@@ -89,6 +91,8 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
         }},
         "grafana": {
             **where,
+            # The subchart names itself after the release otherwise ("kube-prometheus-stack-grafana").
+            "fullnameOverride": GRAFANA_FULLNAME,
             "persistence": {"enabled": True, "type": "pvc", "storageClassName": STORAGE_CLASS,
                             "accessModes": ["ReadWriteOnce"], "size": f"{config.grafana_storage_gib}Gi"},
             # The dashboard sidecar loads every labelled ConfigMap into the folder its annotation names.

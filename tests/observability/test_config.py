@@ -11,7 +11,7 @@ from gennstack.observability.config import MonitoringConfig
 def test_defaults() -> None:
     config = load_config({}, None).monitoring
     assert config == MonitoringConfig()
-    assert (config.prometheus_storage_gib, config.retention_days, config.placement) == (100, 15, "system")
+    assert (config.prometheus_storage_gib, config.retention_days, config.placement) == (100, 15, "on-demand")
     assert config.alerts.ttft_p95_slo_seconds == 2.0 and config.alerts.error_rate == 0.05
     assert config.managed_prometheus.enabled is False and config.hourly_prices == {}
 

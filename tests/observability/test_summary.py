@@ -15,7 +15,7 @@ def _monitoring_lines(synth: Synth) -> list[str]:
 def test_default_stack(synth: Synth) -> None:
     monitoring, scraped, dashboards, alerts, thresholds = _monitoring_lines(synth)
     assert monitoring == ("  Monitoring: kube-prometheus-stack 88.3.0 in monitoring (Prometheus 100 GiB, 15 d retention, "
-                          "on system nodes; remote write to Amazon Managed Service for Prometheus off)")
+                          "on on-demand general-pool nodes; remote write to Amazon Managed Service for Prometheus off)")
     assert scraped == (
         "    Scraped: vLLM /metrics (gen2-trn2, gen3-g6e); Ray Serve (gen1-inf2); Envoy proxies and AI Gateway GenAI "
         "metrics; Karpenter; neuron-monitor; DCGM exporter (GPU nodes); CloudWatch via YACE (interruption handler, "
@@ -29,8 +29,8 @@ def test_default_stack(synth: Synth) -> None:
 
 
 def test_variant_stack(synth_variant: Synth) -> None:
-    """trn2 disabled, remote write on, on-demand placement."""
+    """trn2 disabled, remote write on, on the system nodes."""
     monitoring, scraped, _, alerts, _ = _monitoring_lines(synth_variant)
-    assert "on on-demand nodes; remote write to Amazon Managed Service for Prometheus on" in monitoring
+    assert "on the system node group; remote write to Amazon Managed Service for Prometheus on" in monitoring
     assert scraped.startswith("    Scraped: vLLM /metrics (gen3-g6e); Ray Serve (gen1-inf2);")
     assert "GenNStackNoReadyReplica x2" in alerts

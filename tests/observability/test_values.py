@@ -10,7 +10,8 @@ storage, retentionSize, remoteWrite[].sigv4.region were validated there when the
   54199b5b): charts/kube-prometheus-stack/values.yaml; templates/prometheus/prometheus.yaml
   (storageSpec -> spec.storage, resources, remoteWrite), templates/alertmanager/alertmanager.yaml (storage);
 * its grafana subchart 12.10.4 (grafana-community/helm-charts, tag grafana-12.10.4):
-  charts/grafana/values.yaml; persistence.storageClassName is read in templates/pvc.yaml;
+  charts/grafana/values.yaml; persistence.storageClassName is read in templates/pvc.yaml, fullnameOverride
+  in templates/_helpers.tpl (grafana.fullname: the Service and the admin Secret, key admin-password);
 * its kube-state-metrics subchart 8.2.0: charts/kube-state-metrics/values.yaml (metricLabelsAllowlist,
   joined into --metric-labels-allowlist in templates/deployment.yaml);
 * dcgm-exporter 4.8.2 (NVIDIA/dcgm-exporter, tag 4.5.3-4.8.2, 691c9276): deployment/values.yaml;
@@ -45,7 +46,7 @@ VERIFIED = {
         "fullnameOverride",
         "alertmanager.alertmanagerSpec.nodeSelector", "alertmanager.alertmanagerSpec.tolerations",
         "alertmanager.alertmanagerSpec.storage.volumeClaimTemplate",
-        "grafana.nodeSelector", "grafana.tolerations",
+        "grafana.nodeSelector", "grafana.tolerations", "grafana.fullnameOverride",
         "grafana.persistence.enabled", "grafana.persistence.type", "grafana.persistence.storageClassName",
         "grafana.persistence.accessModes", "grafana.persistence.size",
         "grafana.sidecar.dashboards.enabled", "grafana.sidecar.dashboards.label", "grafana.sidecar.dashboards.labelValue",
@@ -101,6 +102,8 @@ def test_fullname_matches_the_names_other_parts_use() -> None:
     assert _kps()["fullnameOverride"] == names.KPS_FULLNAME
     assert names.PROMETHEUS_URL == "http://gennstack-monitoring-prometheus.monitoring.svc.cluster.local:9090"
     assert v.PROMETHEUS_SERVICE_ACCOUNT == "gennstack-monitoring-prometheus"
+    # docs/observability.md's port-forward commands name these.
+    assert _kps()["grafana"]["fullnameOverride"] == "gennstack-monitoring-grafana"
 
 
 def test_storage_and_retention_follow_config() -> None:
