@@ -127,4 +127,4 @@ class Monitoring(Construct):
     def _chart(self, cluster: eks.Cluster, construct_id: str, chart: versions.Chart, namespace: str,
                values: dict) -> eks.HelmChart:
         return pinned_chart(self, construct_id, cluster=cluster, chart=chart, namespace=namespace, values=values,
-                            create_namespace=True, wait=True, timeout=Duration.minutes(15))
+                            create_namespace=True, wait=True, timeout=Duration.minutes(10))
