@@ -26,7 +26,10 @@ class Monitoring(Construct):
     write, Prometheus get their AWS credentials from it; Prometheus signs remote writes with SigV4
     from the default credential chain); Prometheus Operator's CRDs come with the
     kube-prometheus-stack chart, so every ServiceMonitor, PodMonitor and PrometheusRule is applied
-    after it; the objects each scrape target relies on are listed in gennstack/observability/manifests.py.
+    after it; the objects each scrape target relies on are listed in gennstack/observability/manifests.py;
+    the DCGM exporter requests no GPU and sees the node's GPUs through the EKS NVIDIA AMI's default
+    NVIDIA container runtime; YACE and Prometheus find Pod Identity credentials through the AWS SDK
+    for Go v2's default chain (container credentials).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, config: GenNStackConfig,
@@ -92,7 +95,7 @@ class Monitoring(Construct):
             *manifests.neuron_monitor(generations=generations),
         )
         self.rules = cluster.add_manifest("AlertRules", rules.prometheus_rule(
-            monitoring, generations=generations, serving_namespace=serving_namespace))
+            monitoring, generations=rules.always_serving(config.serving, generations), serving_namespace=serving_namespace))
         self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps())
         for manifest in (self.scrape_targets, self.rules, self.dashboards):
             manifest.node.add_dependency(kps)

@@ -20,6 +20,15 @@ PRICE_RECORD = "gennstack:node_hourly_price_usd"
 RULE_NAME = "gennstack"
 
 
+def always_serving(serving: Any, generations: list[str]) -> list[str]:
+    """The enabled generations configured to keep at least one replica (``min_replicas``, or
+    ``replicas`` where a generation has no minimum): only they get a no-ready-replica alert, so a
+    generation scaled to zero on purpose does not page."""
+    def minimum(section: Any) -> int:
+        return int(getattr(section, "min_replicas", getattr(section, "replicas", 1)))
+    return [g for g in generations if minimum(getattr(serving, g)) > 0]
+
+
 def _ready_replicas(namespace: str, pool: str) -> str:
     return (
         f'sum(kube_pod_status_ready{{namespace="{namespace}", condition="true"}}'

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gennstack.observability.config import MonitoringConfig
-from gennstack.observability.rules import rule_groups
+from gennstack.observability.rules import always_serving, rule_groups
 from tests.observability import promtool
 
 NS = "gennstack-serving"
@@ -202,3 +202,11 @@ def test_one_no_ready_replica_rule_per_enabled_generation(generations: list[str]
     rules = rule_groups(CONFIG, generations=generations, serving_namespace=NS)[0]["rules"]
     pools = [r["labels"]["generation"] for r in rules if r["alert"] == "GenNStackNoReadyReplica"]
     assert pools == [{"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}[g] for g in generations]
+
+
+def test_generations_scaled_to_zero_get_no_ready_replica_alert() -> None:
+    from gennstack.serving.config import ServingConfig
+
+    serving = ServingConfig.model_validate({"inf2": {"min_replicas": 0}, "g6e": {"replicas": 0}})
+    assert always_serving(serving, GENERATIONS) == ["trn2"]
+    assert always_serving(ServingConfig(), GENERATIONS) == GENERATIONS
