@@ -42,7 +42,9 @@ _NEURON = "src/examples/neuron-monitor/neuron-monitor-grafana.json @ aws-neuron/
 # ray-operator/controllers/ray/common/pod.go); Ray Serve's names with Ray's "ray_" prefix and _total
 # on counters: python/ray/serve/_private/request_ingress_metrics.py (serve_num_{http}_requests,
 # serve_num_{http}_error_requests, serve_{http}_request_latency_ms), replica.py
-# (serve_replica_processing_queries), deployment_state.py (serve_deployment_replica_healthy) @ ray 2.60.0.
+# (serve_replica_processing_queries), deployment_state.py (serve_deployment_replica_healthy) @ ray 2.60.0;
+# the series names as Ray's own Grafana panels query them: ray/dashboard/modules/metrics/dashboards/
+# serve_dashboard_panels.py and serve_deployment_dashboard_panels.py (tests/observability/test_exporter_names.py).
 _RAY = "python/ray/serve/_private/{request_ingress_metrics,replica,deployment_state}.py @ ray 2.60.0 (ray_ prefix)"
 # YACE v0.67.0 (chart prometheus-yet-another-cloudwatch-exporter 0.47.0): names from
 # pkg/promutil/migrate.go BuildMetricName: aws_<namespace>_<metric>_<statistic>, snake case.
