@@ -85,6 +85,11 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
         prometheus_spec["remoteWrite"] = [{"url": remote_write, "sigv4": {"region": region}}]
     return {
         "fullnameOverride": names.KPS_FULLNAME,
+        # EKS runs etcd, the scheduler and the controller manager out of the cluster's reach: their
+        # monitors would only ever be down, and their alerts fire forever.
+        **{component: {"enabled": False} for component in ("kubeEtcd", "kubeScheduler", "kubeControllerManager")},
+        "defaultRules": {"rules": {rule: False for rule in (
+            "etcd", "kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording")}},
         "alertmanager": {"alertmanagerSpec": {
             **where,
             "storage": {"volumeClaimTemplate": _claim(config.alertmanager_storage_gib)},

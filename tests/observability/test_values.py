@@ -44,6 +44,9 @@ OPAQUE = {"nodeSelector", "tolerations", "affinity", "resources", "volumeClaimTe
 VERIFIED = {
     "kube-prometheus-stack": {
         "fullnameOverride",
+        "kubeEtcd.enabled", "kubeScheduler.enabled", "kubeControllerManager.enabled",
+        "defaultRules.rules.etcd", "defaultRules.rules.kubeControllerManager",
+        "defaultRules.rules.kubeSchedulerAlerting", "defaultRules.rules.kubeSchedulerRecording",
         "alertmanager.alertmanagerSpec.nodeSelector", "alertmanager.alertmanagerSpec.tolerations",
         "alertmanager.alertmanagerSpec.storage.volumeClaimTemplate",
         "grafana.nodeSelector", "grafana.tolerations", "grafana.fullnameOverride",
@@ -178,3 +181,9 @@ def test_dcgm_exporter_runs_on_nvidia_nodes_only() -> None:
     term = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"] == [{"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}]
     assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+
+def test_control_plane_monitors_eks_hides_are_off() -> None:
+    values = _kps()
+    assert [values[c]["enabled"] for c in ("kubeEtcd", "kubeScheduler", "kubeControllerManager")] == [False] * 3
+    assert set(values["defaultRules"]["rules"].values()) == {False}
