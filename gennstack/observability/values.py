@@ -100,6 +100,8 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
             "fullnameOverride": GRAFANA_FULLNAME,
             "persistence": {"enabled": True, "type": "pvc", "storageClassName": STORAGE_CLASS,
                             "accessModes": ["ReadWriteOnce"], "size": f"{config.grafana_storage_gib}Gi"},
+            # One ReadWriteOnce volume: a rolling update's new pod could not attach it on another node.
+            "deploymentStrategy": {"type": "Recreate"},
             # The dashboard sidecar loads every labelled ConfigMap into the folder its annotation names.
             "sidecar": {"dashboards": {
                 "enabled": True, **_sidecar_label(), "searchNamespace": "ALL",

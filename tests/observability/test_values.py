@@ -51,7 +51,7 @@ VERIFIED = {
         "alertmanager.alertmanagerSpec.storage.volumeClaimTemplate",
         "grafana.nodeSelector", "grafana.tolerations", "grafana.fullnameOverride",
         "grafana.persistence.enabled", "grafana.persistence.type", "grafana.persistence.storageClassName",
-        "grafana.persistence.accessModes", "grafana.persistence.size",
+        "grafana.persistence.accessModes", "grafana.persistence.size", "grafana.deploymentStrategy.type",
         "grafana.sidecar.dashboards.enabled", "grafana.sidecar.dashboards.label", "grafana.sidecar.dashboards.labelValue",
         "grafana.sidecar.dashboards.searchNamespace", "grafana.sidecar.dashboards.folderAnnotation",
         "grafana.sidecar.dashboards.provider.foldersFromFilesStructure",
@@ -120,6 +120,7 @@ def test_storage_and_retention_follow_config() -> None:
     assert [c["resources"]["requests"]["storage"] for c in claims] == ["200Gi", "2Gi"]
     assert {c["storageClassName"] for c in claims} == {v.STORAGE_CLASS} == {values["grafana"]["persistence"]["storageClassName"]}
     assert values["grafana"]["persistence"]["size"] == "3Gi"
+    assert values["grafana"]["deploymentStrategy"] == {"type": "Recreate"}  # its one ReadWriteOnce volume
     assert "remoteWrite" not in spec
     (storage_class,) = v.ebs_csi_driver_values(**SYSTEM)["storageClasses"]
     assert storage_class["name"] == v.STORAGE_CLASS
