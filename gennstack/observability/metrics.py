@@ -19,7 +19,8 @@ _VLLM_HTTP = "vllm/entrypoints/serve/instrumentator/metrics.py @ vllm v0.29.0 an
 # The Envoy AI Gateway's GenAI metrics (OpenTelemetry names in internal/metrics/genai.go at v1.1.0;
 # OpenTelemetry's Prometheus exporter turns dots into underscores and adds _seconds for unit "s";
 # the names as Prometheus sees them are asserted in tests/data-plane/vcr/prometheus_metrics_test.go
-# and site/docs/capabilities/observability/metrics.md at v1.1.0). Labels: gen_ai_request_model,
+# and site/docs/capabilities/observability/metrics.md, and queried by the project's own
+# examples/monitoring/grafana-dashboard.json (TTFT and time per output token too), at v1.1.0). Labels: gen_ai_request_model,
 # gen_ai_response_model, gen_ai_operation_name, gen_ai_provider_name, gen_ai_token_type (tokens),
 # error_type (failed requests only, metrics_impl.go RecordRequestCompletion), plus header attributes.
 _AIGW = "internal/metrics/genai.go @ envoyproxy/ai-gateway v1.1.0"
