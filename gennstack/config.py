@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, StrictModel, frozen
 from gennstack.instances import INSTANCE_TYPES, family
 from gennstack.gateway.config import GatewayConfig
+from gennstack.observability.config import MonitoringConfig
 from gennstack.serving.config import ServingConfig
 from gennstack.serving.fit import check_fits
 
@@ -365,6 +366,9 @@ class GenNStackConfig(StrictModel):
     serving: ServingConfig = ServingConfig()
     # The OpenAI-compatible front door (gennstack.gateway.config; docs/gateway.md).
     gateway: GatewayConfig = GatewayConfig()
+    # Prometheus, Alertmanager, Grafana: sizing, alert thresholds, prices (gennstack.observability.config;
+    # docs/observability.md).
+    monitoring: MonitoringConfig = MonitoringConfig()
 
     @field_validator("account")
     @classmethod

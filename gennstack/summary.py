@@ -16,6 +16,7 @@ from typing import Any
 
 from gennstack.deploy_warnings import config_warnings
 from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
+from gennstack.observability.summary import monitoring_lines
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 from gennstack.serving.scaling import scaling_line
 
@@ -142,6 +143,10 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         for alias, targets in sorted(gateway.get("aliases", {}).items()):
             split = ", ".join(f"{t['model']} w{t['weight']} p{t['priority']}" for t in targets)
             lines.append(f"    alias {alias}: {split}")
+    lines.extend(monitoring_lines(template, config, {
+        c["Properties"]["Chart"]: c["Properties"].get("Version", "") for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")
+        if "Chart" in c["Properties"]
+    }))
     functions = [k for k in template.get("Resources", {}) if k.startswith("InterruptionHandlerFunction")]
     if functions:
         rules = [

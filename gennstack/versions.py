@@ -82,6 +82,20 @@ AI_GATEWAY = Chart("ai-gateway-helm", "oci://docker.io/envoyproxy/ai-gateway-hel
 KEDA = Chart("keda", "https://kedacore.github.io/charts", "2.20.2")
 # Syncs the gateway's API keys (and Langfuse keys) from Secrets Manager into Kubernetes Secrets.
 EXTERNAL_SECRETS = Chart("external-secrets", "https://charts.external-secrets.io", "2.9.0")
+# Monitoring. kube-prometheus-stack 88.3.0 (2026-08-11) is the newest release that ships Prometheus
+# Operator v0.93.0, the version of the ServiceMonitor/PodMonitor/PrometheusRule CRDs the tests
+# validate against (88.4.0 moved to v0.93.1); it brings Prometheus v3.13.2, Grafana 13.1.3 (grafana
+# chart 12.10.4), kube-state-metrics v2.19.1 (chart 8.2.0) and node-exporter (chart 4.56.1).
+KUBE_PROMETHEUS_STACK = Chart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "88.3.0")
+# NVIDIA's DCGM exporter (image 4.5.3-4.8.2): GPU utilisation and memory per GPU. The NVIDIA device
+# plugin chart does not ship it.
+DCGM_EXPORTER = Chart("dcgm-exporter", "https://nvidia.github.io/dcgm-exporter/helm-charts", "4.8.2")
+# YACE v0.67.0: the interruption handler's CloudWatch metrics and its dead-letter queue depth, as
+# Prometheus series, so alerts on them are PrometheusRules like every other alert.
+CLOUDWATCH_EXPORTER = Chart(
+    "prometheus-yet-another-cloudwatch-exporter", "https://prometheus-community.github.io/helm-charts", "0.47.0")
+# The EBS CSI driver (v1.64.0) and its gp3 StorageClass: Prometheus', Alertmanager's and Grafana's volumes.
+EBS_CSI_DRIVER = Chart("aws-ebs-csi-driver", "https://kubernetes-sigs.github.io/aws-ebs-csi-driver", "2.64.0")
 
 CHARTS: tuple[Chart, ...] = (
     KARPENTER_CRD,
@@ -96,4 +110,8 @@ CHARTS: tuple[Chart, ...] = (
     AI_GATEWAY_CRDS,
     AI_GATEWAY,
     EXTERNAL_SECRETS,
+    KUBE_PROMETHEUS_STACK,
+    DCGM_EXPORTER,
+    CLOUDWATCH_EXPORTER,
+    EBS_CSI_DRIVER,
 )

@@ -14,12 +14,14 @@ from constructs.interruption_handler import InterruptionHandler
 from constructs.karpenter import Karpenter
 from constructs.load_balancer_controller import LoadBalancerController
 from constructs.model_storage import ModelStorage
+from constructs.monitoring import Monitoring
 from constructs.network import Network
 from constructs.node_pools import NodePools
 from constructs.operators import Operators
 from constructs.ordering import KubernetesDeployOrder
 from constructs.serving import Serving
 from gennstack.config import GenNStackConfig
+from gennstack.observability.names import INTERRUPTION_METRICS_NAMESPACE
 from gennstack.summary import CONFIG_METADATA_KEY
 
 
@@ -92,6 +94,12 @@ class GenNStack(Stack):
         self.gateway = Gateway(self, "Gateway", cluster=self.cluster.cluster, config=config, gateway=config.gateway)
         # The NLB comes from the Load Balancer Controller; the routes point at the serving Services.
         self.gateway.node.add_dependency(self.load_balancer_controller, self.serving.chart)
+
+        self.monitoring = Monitoring(
+            self, "Monitoring", cluster=self.cluster.cluster, config=config,
+            dead_letter_queue=self.interruption_handler.dead_letter_queue,
+            metrics_namespace=INTERRUPTION_METRICS_NAMESPACE,
+        )
 
         # Every Kubernetes object waits for the system nodes and the add-ons; every chart for
         # the Load Balancer Controller (see constructs/ordering.py).

@@ -87,6 +87,8 @@ VARIANT = {
     "generations": {"trn2": {"enabled": False}},
     "interruptions": {"reserved_concurrency": 5},
     "serving": {"inf2": {"image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/inf2-ray-serve:1"}},
+    "monitoring": {"placement": "system", "managed_prometheus": {"enabled": True},
+                   "hourly_prices": {"g6e.2xlarge": {"on-demand": 2.24, "spot": 0.9}}},
 }
 
 

@@ -310,6 +310,7 @@ def test_iam_wildcards_only_where_acknowledged(synth: Synth) -> None:
         "LoadBalancerControllerPolicy",  # ELB/EC2 describe and create
         "CustomVpcRestrictDefaultSG",  # CDK-owned
         "InterruptionHandlerFunctionServiceRoleDefaultPolicy",  # ec2:DescribeInstances, X-Ray
+        "MonitoringCloudWatchExporterRoleDefaultPolicy",  # cloudwatch:GetMetricData/ListMetrics (read-only)
     )
     for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
         for logical_id, policy in synth.resources(kind).items():

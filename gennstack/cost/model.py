@@ -167,7 +167,24 @@ def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]
         _fixed(f"KMS key ({KMS_KEYS})", KMS_KEYS, table.service("kms_key_per_month"), monthly=True, note="plus requests"),
         _fixed(f"Secrets Manager secrets ({SECRETS})", SECRETS, table.service("secret_per_month"), monthly=True),
     ]
+    items.append(monitoring_volumes_item(config, table))
     return items
+
+
+def monitoring_volumes_item(config: GenNStackConfig, table: PriceTable) -> LineItem:
+    """The monitoring stack's three gp3 volumes (constructs/monitoring.py; baseline IOPS and
+    throughput). Its pods run on nodes priced elsewhere: the system nodes or an on-demand
+    general-pool node Karpenter sizes to their requests (a note, not a line: its type is Karpenter's choice)."""
+    monitoring = config.monitoring
+    sizes = (monitoring.prometheus_storage_gib, monitoring.alertmanager_storage_gib, monitoring.grafana_storage_gib)
+    usd, prices = 0.0, ()
+    for gib in sizes:
+        month, prices = gp3_month(table, gib, 3000, 125)
+        usd += month
+    where = ("on the system nodes" if monitoring.placement == "system"
+             else "pods on an on-demand general-pool node Karpenter sizes to their requests, not priced here")
+    return LineItem(f"monitoring volumes (gp3 {' + '.join(map(str, sizes))} GiB: Prometheus, Alertmanager, Grafana)", len(sizes),
+                    usd / HOURS_PER_MONTH, usd / HOURS_PER_MONTH, prices, where)
 
 
 def generation_items(config: GenNStackConfig, generation: str, table: PriceTable) -> tuple[NodeLayout | None, list[LineItem]]:

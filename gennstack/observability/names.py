@@ -14,5 +14,20 @@ KPS_RELEASE = "kube-prometheus-stack"
 KPS_FULLNAME = "gennstack-monitoring"
 # The Prometheus Service of kube-prometheus-stack (templates/prometheus/service.yaml: "<fullname>-prometheus", port 9090).
 PROMETHEUS_URL = f"http://{KPS_FULLNAME}-prometheus.{MONITORING_NAMESPACE}.svc.cluster.local:9090"
-# Label every ServiceMonitor/PodMonitor/PrometheusRule of GenNStack carries, and that Prometheus selects on.
+# Label every ServiceMonitor/PodMonitor/PrometheusRule of GenNStack carries. Prometheus selects every
+# such object in the cluster (gennstack.observability.values), the upstream charts' own included.
 MONITORING_LABEL = {"gennstack.dev/monitoring": "true"}
+
+# The gateway's client id as a metric label. The AI Gateway's external processor copies request
+# headers into metric attributes (its `metricsRequestHeaderAttributes` flag, "header:attribute",
+# cmd/extproc/mainlib/main.go at envoyproxy/ai-gateway v1.1.0); the gateway's API-key check forwards
+# the client id in gennstack.gateway.values.CLIENT_HEADER, mapped to this attribute. OpenTelemetry's
+# Prometheus exporter writes the attribute's dots as underscores: the label is CLIENT_LABEL.
+CLIENT_ATTRIBUTE = "gennstack.client_id"
+CLIENT_LABEL = "gennstack_client_id"
+# The label every GenNStack scrape target of a model server gets: the generation's pool name
+# (gen1-inf2, gen2-trn2, gen3-g6e), from the pods' app.kubernetes.io/name.
+GENERATION_LABEL = "generation"
+# The CloudWatch namespace of the interruption handler's metrics (POWERTOOLS_METRICS_NAMESPACE of its
+# function; tests/observability/test_construct.py holds the two equal).
+INTERRUPTION_METRICS_NAMESPACE = "GenNStack"

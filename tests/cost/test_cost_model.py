@@ -23,7 +23,8 @@ def item(breakdown, group: str, prefix: str):
 
 def test_platform_items_of_the_default_config() -> None:
     """EKS 0.10; 2 x m7i.large 0.1008 + 20 GiB gp3 (20 x 0.08 / 730 = 0.0021918) each = 0.2059836;
-    NAT 1 x 0.045; endpoints 6 x 3 AZs x 0.01 = 0.18; NLB 0.0225; KMS 1/730; 2 secrets x 0.40/730."""
+    NAT 1 x 0.045; endpoints 6 x 3 AZs x 0.01 = 0.18; NLB 0.0225; KMS 1/730; 2 secrets x 0.40/730;
+    monitoring volumes (100 + 5 + 10) GiB gp3 x 0.08 / 730 = 0.0126027."""
     b = hourly_cost(config(), TABLE)
     assert item(b, "platform", "EKS").on_demand_usd_per_hour == pytest.approx(0.10)
     assert item(b, "platform", "system nodes (2 x m7i.large").spot_usd_per_hour == pytest.approx(0.2059836, abs=1e-7)
@@ -32,7 +33,8 @@ def test_platform_items_of_the_default_config() -> None:
     assert item(b, "platform", "gateway NLB").on_demand_usd_per_hour == pytest.approx(0.0225)
     assert item(b, "platform", "KMS").on_demand_usd_per_hour == pytest.approx(1 / 730)
     assert item(b, "platform", "Secrets").on_demand_usd_per_hour == pytest.approx(0.8 / 730)
-    assert b.total("platform") == pytest.approx((0.5559493, 0.5559493), abs=1e-6)
+    assert item(b, "platform", "monitoring volumes").on_demand_usd_per_hour == pytest.approx(115 * 0.08 / 730)
+    assert b.total("platform") == pytest.approx((0.5685520, 0.5685520), abs=1e-6)
 
 
 def test_generations_of_the_default_config() -> None:

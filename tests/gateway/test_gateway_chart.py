@@ -474,8 +474,11 @@ def test_genai_metrics_carry_the_client_id() -> None:
     (internal/xds/translator/httpfilters.go: api_key_auth 6, ext_proc from 100; the AI Gateway inserts its
     filter before the first ext_proc/wasm/lua/rbac/rate-limit filter, post_translate_modify.go)."""
     controller = ai_gateway_values()["controller"]
-    header, label = controller["metricsRequestHeaderAttributes"].split(":")
-    assert header == "x-gennstack-client" == CLIENT_HEADER and label == CLIENT_METRICS_LABEL == "gennstack_client"
+    header, attribute = controller["metricsRequestHeaderAttributes"].split(":")
+    assert header == "x-gennstack-client" == CLIENT_HEADER and attribute == "gennstack.client_id"
+    # OpenTelemetry's Prometheus exporter writes an attribute's dots as underscores: the label the
+    # gateway dashboard and alerts read (gennstack/observability/names.py).
+    assert CLIENT_METRICS_LABEL == attribute.replace(".", "_") == "gennstack_client_id"
 
 
 def test_model_names_kubernetes_cannot_hold_render_valid_objects(helm) -> None:

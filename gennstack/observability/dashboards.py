@@ -1,0 +1,319 @@
+"""GenNStack's Grafana dashboards, built here and kept as JSON in assets/dashboards/.
+
+The JSON files are what Grafana loads (the construct puts each into a ConfigMap that
+kube-prometheus-stack's dashboard sidecar picks up); this module is how they are written, so
+every panel's query is reviewable Python. After changing a panel:
+``.venv/bin/python -m gennstack.observability.dashboards`` rewrites the files, and
+tests/observability/test_dashboards.py fails while the files and this module disagree.
+
+Grafana template variables used in queries: ``$__rate_interval`` and ``$__range`` (Grafana's
+built-ins), ``$model`` on the gen1 dashboard (a query variable over the gateway's models).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gennstack.observability import names
+from gennstack.observability.rules import PRICE_RECORD
+
+DASHBOARD_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "dashboards"
+# kube-prometheus-stack provisions its Prometheus data source with this uid
+# (values.yaml grafana.sidecar.datasources.uid).
+DATASOURCE = {"type": "prometheus", "uid": "prometheus"}
+# Grafana's dashboard JSON model version the files are written in; Grafana migrates older
+# versions on load, so this is the oldest that has every field used here.
+SCHEMA_VERSION = 41
+RATE = "$__rate_interval"
+
+Query = tuple[str, str]  # (PromQL, legend)
+
+
+def _panel(title: str, unit: str, queries: list[Query], *, kind: str = "timeseries",
+           description: str = "") -> dict[str, Any]:
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {},
+        "targets": [
+            {"refId": chr(ord("A") + i), "datasource": DATASOURCE, "expr": expr, "legendFormat": legend}
+            for i, (expr, legend) in enumerate(queries)
+        ],
+    }
+
+
+def _dashboard(uid: str, title: str, panels: list[dict[str, Any]], *,
+               variables: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    laid_out = []
+    for index, panel in enumerate(panels):
+        laid_out.append({"id": index + 1, "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
+                         **panel})
+    return {
+        "uid": uid,
+        "title": title,
+        "tags": ["gennstack"],
+        "timezone": "utc",
+        "editable": False,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "annotations": {"list": []},
+        "templating": {"list": variables or []},
+        "panels": laid_out,
+    }
+
+
+def _quantiles(metric: str, selector: str, by: str = "") -> list[Query]:
+    group = f"le, {by}" if by else "le"
+    return [
+        (f"histogram_quantile({q}, sum by ({group}) (rate({metric}{{{selector}}}[{RATE}])))",
+         f"p{round(q * 100)}" + (f" {{{{{by}}}}}" if by else ""))
+        for q in (0.5, 0.95, 0.99)
+    ]
+
+
+def _serving_pods(pool: str) -> str:
+    return (
+        'sum(kube_pod_status_ready{condition="true"} * on (namespace, pod) group_left () '
+        f'kube_pod_labels{{label_app_kubernetes_io_name="{pool}", label_app_kubernetes_io_component="server"}})'
+    )
+
+
+def _nodes(generation: str) -> list[Query]:
+    return [(f'count by (label_karpenter_sh_capacity_type) (kube_node_labels{{label_gennstack_io_generation="{generation}"}})',
+             "{{label_karpenter_sh_capacity_type}} nodes")]
+
+
+def _replicas(pool: str) -> list[Query]:
+    return [(_serving_pods(pool), "ready serving pods"),
+            (f'sum(kube_deployment_status_replicas_available{{deployment="{pool}-warm-spare"}})', "warm spares")]
+
+
+def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]) -> dict[str, Any]:
+    """gen2-trn2 / gen3-g6e: vLLM's own latency, throughput and queue metrics, by the generation label."""
+    sel = f'{names.GENERATION_LABEL}="{pool}"'
+    itl = f"vllm:inter_token_latency_seconds_bucket{{{sel}}}"
+    panels = [
+        _panel("Time to first token", "s", _quantiles("vllm:time_to_first_token_seconds_bucket", sel)),
+        _panel("Inter-token latency", "s", _quantiles("vllm:inter_token_latency_seconds_bucket", sel)),
+        _panel("Per-user output tokens/s", "none", [
+            (f"1 / histogram_quantile(0.5, sum by (le) (rate({itl}[{RATE}])))", "median user"),
+            (f"1 / histogram_quantile(0.9, sum by (le) (rate({itl}[{RATE}])))", "slowest 10 % of tokens"),
+        ], description="1 / inter-token latency: what one streaming user sees."),
+        _panel("Aggregate tokens/s", "none", [
+            (f"sum(rate(vllm:generation_tokens_total{{{sel}}}[{RATE}]))", "output"),
+            (f"sum(rate(vllm:prompt_tokens_total{{{sel}}}[{RATE}]))", "prompt"),
+        ]),
+        _panel("Requests running and waiting", "none", [
+            (f"sum(vllm:num_requests_running{{{sel}}})", "running"),
+            (f"sum(vllm:num_requests_waiting{{{sel}}})", "waiting (queue)"),
+        ]),
+        _panel("KV-cache use", "percentunit", [
+            (f"max by (pod) (vllm:kv_cache_usage_perc{{{sel}}})", "{{pod}}"),
+        ]),
+        _panel("Prefix-cache hit ratio and preemptions", "percentunit", [
+            (f"sum(rate(vllm:prefix_cache_hits_total{{{sel}}}[{RATE}])) / sum(rate(vllm:prefix_cache_queries_total{{{sel}}}[{RATE}]))",
+             "hit ratio"),
+            (f"sum(rate(vllm:num_preemptions_total{{{sel}}}[{RATE}]))", "preemptions/s"),
+        ]),
+        _panel("End-to-end request latency", "s", _quantiles("vllm:e2e_request_latency_seconds_bucket", sel)),
+        _panel("HTTP responses by status", "reqps", [
+            (f'sum by (status) (rate(http_requests_total{{{sel}, handler=~"/v1/.*"}}[{RATE}]))', "{{status}}"),
+        ]),
+        _panel("Finished requests by reason", "reqps", [
+            (f"sum by (finished_reason) (rate(vllm:request_success_total{{{sel}}}[{RATE}]))", "{{finished_reason}}"),
+        ], description="vLLM FinishReason: stop (the model ended), length (max_tokens or the context), abort (the client left), error, repetition."),
+        _panel("Replicas", "none", _replicas(pool)),
+        _panel("Nodes, spot vs on-demand", "none", _nodes(generation)),
+        *accelerator,
+    ]
+    return _dashboard(f"gennstack-{pool}", f"GenNStack / {pool}", panels)
+
+
+def _neuron_panels(generation: str) -> list[dict[str, Any]]:
+    on_gen = f'on (node) group_left () kube_node_labels{{label_gennstack_io_generation="{generation}"}}'
+    return [
+        _panel("NeuronCore utilisation", "percentunit", [
+            (f"avg(neuroncore_utilization_ratio * {on_gen})", "average"),
+            (f"max(neuroncore_utilization_ratio * {on_gen})", "busiest core"),
+        ]),
+        _panel("Neuron device memory used", "bytes", [
+            (f"sum by (node, memory_location) (neuron_runtime_memory_used_bytes * {on_gen})", "{{node}} {{memory_location}}"),
+        ]),
+    ]
+
+
+def _gpu_panels() -> list[dict[str, Any]]:
+    return [
+        _panel("GPU utilisation", "percent", [("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}")]),
+        _panel("GPU memory used", "percentunit", [
+            ("sum by (Hostname) (DCGM_FI_DEV_FB_USED) / sum by (Hostname) (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
+             "{{Hostname}}"),
+        ]),
+    ]
+
+
+def gen1_dashboard() -> dict[str, Any]:
+    """gen1-inf2 runs vLLM behind Ray Serve; its vLLM binds to the pod's loopback, so latency comes
+    from Ray Serve's HTTP metrics and from the gateway (by model), not from vLLM."""
+    pool = "gen1-inf2"
+    sel = f'{names.GENERATION_LABEL}="{pool}"'
+    model = 'gen_ai_response_model=~"$model"'
+    variables = [{
+        "name": "model", "label": "Model (gateway)", "type": "query", "datasource": DATASOURCE,
+        "query": {"query": "label_values(gen_ai_server_request_duration_seconds_count, gen_ai_response_model)",
+                  "refId": "model"},
+        "refresh": 2, "includeAll": True, "multi": True,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+    }]
+    panels = [
+        _panel("Time to first token (gateway, $model)", "s",
+               _quantiles("gen_ai_server_time_to_first_token_seconds_bucket", model)),
+        _panel("Time per output token (gateway, $model)", "s",
+               _quantiles("gen_ai_server_time_per_output_token_seconds_bucket", model)),
+        _panel("Per-user output tokens/s (gateway, $model)", "none", [
+            (f"1 / histogram_quantile(0.5, sum by (le) (rate(gen_ai_server_time_per_output_token_seconds_bucket{{{model}}}[{RATE}])))",
+             "median user"),
+            (f"1 / histogram_quantile(0.9, sum by (le) (rate(gen_ai_server_time_per_output_token_seconds_bucket{{{model}}}[{RATE}])))",
+             "slowest 10 % of requests"),
+        ]),
+        _panel("Aggregate output tokens/s (gateway, $model)", "none", [
+            (f'sum(rate(gen_ai_client_token_usage_sum{{{model}, gen_ai_token_type="output"}}[{RATE}]))', "output"),
+        ]),
+        _panel("Ray Serve HTTP latency", "ms", _quantiles("ray_serve_http_request_latency_ms_bucket", sel)),
+        _panel("Ray Serve requests and errors", "reqps", [
+            (f"sum(rate(ray_serve_num_http_requests_total{{{sel}}}[{RATE}]))", "requests"),
+            (f"sum(rate(ray_serve_num_http_error_requests_total{{{sel}}}[{RATE}]))", "errors"),
+        ]),
+        _panel("Requests in flight at the replicas (queue depth)", "none", [
+            (f"sum(ray_serve_replica_processing_queries{{{sel}}})", "processing"),
+        ]),
+        _panel("Ray Serve healthy replicas", "none", [
+            (f"sum(ray_serve_deployment_replica_healthy{{{sel}}})", "healthy"),
+        ]),
+        _panel("Replicas", "none", _replicas(pool)),
+        _panel("Nodes, spot vs on-demand", "none", _nodes("inf2")),
+        *_neuron_panels("inf2"),
+    ]
+    return _dashboard("gennstack-gen1-inf2", "GenNStack / gen1-inf2", panels, variables=variables)
+
+
+def gateway_dashboard() -> dict[str, Any]:
+    client = names.CLIENT_LABEL
+    count = "gen_ai_server_request_duration_seconds_count"
+    panels = [
+        _panel("Requests/s by model", "reqps", [
+            (f"sum by (gen_ai_request_model) (rate({count}[{RATE}]))", "{{gen_ai_request_model}}")]),
+        _panel("Requests/s by client", "reqps", [
+            (f"sum by ({client}) (rate({count}[{RATE}]))", f"{{{{{client}}}}}")]),
+        _panel("Tokens/s by model", "none", [
+            (f"sum by (gen_ai_request_model, gen_ai_token_type) (rate(gen_ai_client_token_usage_sum[{RATE}]))",
+             "{{gen_ai_request_model}} {{gen_ai_token_type}}")]),
+        _panel("Tokens/s by client", "none", [
+            (f"sum by ({client}, gen_ai_token_type) (rate(gen_ai_client_token_usage_sum[{RATE}]))",
+             f"{{{{{client}}}}} {{{{gen_ai_token_type}}}}")]),
+        _panel("Responses by class (Envoy)", "reqps", [
+            (f"sum by (envoy_response_code_class) (rate(envoy_http_downstream_rq_xx[{RATE}]))",
+             "{{envoy_response_code_class}}xx")]),
+        _panel("Failed requests by model and client (AI Gateway)", "reqps", [
+            (f'sum by (gen_ai_request_model, {client}) (rate({count}{{error_type!=""}}[{RATE}]))',
+             f"{{{{gen_ai_request_model}}}} {{{{{client}}}}}")]),
+        _panel("Rate-limited requests", "reqps", [
+            (f"sum by (envoy_cluster_name) (rate(envoy_cluster_ratelimit_over_limit[{RATE}]))", "{{envoy_cluster_name}}")]),
+        _panel("Failovers: retries and outlier ejections", "none", [
+            (f"sum by (envoy_cluster_name) (rate(envoy_cluster_upstream_rq_retry[{RATE}]))", "retries/s {{envoy_cluster_name}}"),
+            (f"sum by (envoy_cluster_name) (increase(envoy_cluster_outlier_detection_ejections_enforced_total[{RATE}]))",
+             "ejections {{envoy_cluster_name}}"),
+        ], description="Envoy moves a request to the next priority's backends through retries once a priority's "
+                       "hosts are ejected or failing (docs/gateway.md)."),
+        _panel("Time to first token by model", "s",
+               _quantiles("gen_ai_server_time_to_first_token_seconds_bucket", "", by="gen_ai_request_model")[1:2]),
+        _panel("Request duration by model", "s",
+               _quantiles("gen_ai_server_request_duration_seconds_bucket", "", by="gen_ai_request_model")[1:2]),
+    ]
+    return _dashboard("gennstack-gateway", "GenNStack / gateway", panels)
+
+
+def spot_dashboard() -> dict[str, Any]:
+    panels = [
+        _panel("Interruptions by signal (interruption handler)", "none", [
+            ("sum by (dimension_generation, dimension_signal) (aws_gennstack_interruptions_sum)",
+             "{{dimension_generation}} {{dimension_signal}}")]),
+        _panel("Interruption messages by type (Karpenter)", "none", [
+            (f"sum by (message_type) (increase(karpenter_interruption_received_messages_total[{RATE}]))", "{{message_type}}")]),
+        _panel("Warm spares: running and target", "none", [
+            ('sum by (deployment) (kube_deployment_status_replicas_available{deployment=~".+-warm-spare"})', "{{deployment}} available"),
+            ("max by (dimension_generation) (aws_gennstack_warm_spare_replicas_maximum)", "{{dimension_generation}} target"),
+        ]),
+        _panel("Node churn (Karpenter)", "none", [
+            (f"sum by (nodepool) (increase(karpenter_nodes_created_total[{RATE}]))", "created {{nodepool}}"),
+            (f"sum by (nodepool) (increase(karpenter_nodes_terminated_total[{RATE}]))", "terminated {{nodepool}}"),
+        ]),
+        _panel("Disruptions by reason (Karpenter)", "none", [
+            (f"sum by (reason, nodepool) (increase(karpenter_nodeclaims_disrupted_total[{RATE}]))", "{{reason}} {{nodepool}}")]),
+        _panel("Warning to replacement ready", "ms", [
+            ("max by (dimension_generation) (aws_gennstack_prewarm_latency_average)", "{{dimension_generation}} spare raised"),
+        ], description="From the interruption warning to the warm spare's scale-up (the handler's PrewarmLatency)."),
+        _panel("Pod startup p95 (Karpenter)", "s", [
+            (f"histogram_quantile(0.95, sum by (le) (rate(karpenter_pods_startup_duration_seconds_bucket[{RATE}])))", "p95")]),
+        _panel("Interruption handler errors and dead letters", "none", [
+            ("sum(aws_gennstack_errors_sum)", "handler errors"),
+            ("max(aws_sqs_approximate_number_of_messages_visible_maximum)", "dead letters"),
+        ]),
+    ]
+    return _dashboard("gennstack-spot", "GenNStack / spot", panels)
+
+
+def cost_dashboard() -> dict[str, Any]:
+    by = "label_node_kubernetes_io_instance_type, label_karpenter_sh_capacity_type"
+    nodes = f'sum by ({by}) (kube_node_labels{{label_karpenter_sh_capacity_type!=""}})'
+    priced = f"(kube_node_labels * on ({by}) group_left () {PRICE_RECORD})"
+    legend = "{{label_node_kubernetes_io_instance_type}} {{label_karpenter_sh_capacity_type}}"
+    panels = [
+        _panel("Nodes by instance and capacity type", "none", [(nodes, legend)]),
+        _panel("Node-hours in the time range", "none", [
+            (f"sum by ({by}) (sum_over_time({nodes}[$__range:1m])) / 60", legend)], kind="table"),
+        _panel("USD per hour", "currencyUSD", [(f"sum by ({by}) {priced}", legend)],
+               description="Prices from monitoring.hourly_prices in GenNStack's config (recorded as "
+                           f"{PRICE_RECORD}); instance types without a price are left out."),
+        _panel("USD in the time range", "currencyUSD", [
+            (f"sum by ({by}) (sum_over_time((sum by ({by}) {priced})[$__range:1m])) / 60", legend)], kind="table"),
+    ]
+    return _dashboard("gennstack-cost", "GenNStack / cost", panels)
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """File name -> dashboard."""
+    return {
+        "gennstack-gen1-inf2.json": gen1_dashboard(),
+        "gennstack-gen2-trn2.json": vllm_dashboard("trn2", "gen2-trn2", _neuron_panels("trn2")),
+        "gennstack-gen3-g6e.json": vllm_dashboard("g6e", "gen3-g6e", _gpu_panels()),
+        "gennstack-gateway.json": gateway_dashboard(),
+        "gennstack-spot.json": spot_dashboard(),
+        "gennstack-cost.json": cost_dashboard(),
+    }
+
+
+def render(dashboard: dict[str, Any]) -> str:
+    return json.dumps(dashboard, indent=2, sort_keys=True) + "\n"
+
+
+def write(directory: Path = DASHBOARD_DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, dashboard in dashboards().items():
+        path = directory / name
+        path.write_text(render(dashboard), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for path in write():
+        print(path)

@@ -1,0 +1,164 @@
+"""The Kubernetes objects of GenNStack's monitoring, besides the charts: what Prometheus scrapes
+(PodMonitors, ServiceMonitors), the Neuron monitor DaemonSet and the dashboards' ConfigMaps.
+
+Each scrape target and the upstream fact it relies on:
+
+* vLLM (gen2-trn2, gen3-g6e): the serving pods' ``http`` port (8000) serves ``/metrics``
+  (vllm/entrypoints/serve/instrumentator/metrics.py, vLLM 0.16.0 and 0.29.0).
+* Ray (gen1-inf2): KubeRay v1.7.0 adds a ``metrics`` container port (8080) to every Ray head and
+  worker and starts Ray with ``--metrics-export-port=8080`` (ray-operator/controllers/ray/common/pod.go);
+  Ray Serve's metrics are there. gen1's vLLM listens on the pod's loopback (files/gennstack_serve.py),
+  so its own /metrics is not reachable: gen1's latency comes from Ray Serve and the gateway.
+* Envoy proxies: container port ``metrics`` (19001, /stats/prometheus; Envoy Gateway v1.8.3
+  internal/infrastructure/kubernetes/proxy/resource.go) on pods labelled
+  ``app.kubernetes.io/component=proxy``, ``app.kubernetes.io/managed-by=envoy-gateway``; the AI
+  Gateway's external-processor sidecar in the same pods: port ``aigw-admin`` (1064, /metrics;
+  envoyproxy/ai-gateway v1.1.0 internal/controller/extproc_builder.go).
+* Karpenter: its chart's Service ``karpenter`` (port ``http-metrics``; charts/karpenter/templates/service.yaml v1.14.1).
+* Neuron monitor: AWS's neuron-monitor image serving Prometheus metrics on port 8000
+  (src/k8/k8s-neuron-monitor-daemonset.yml in aws-neuron/aws-neuron-sdk).
+* DCGM exporter and the CloudWatch exporter (YACE) bring their own ServiceMonitors (chart values).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gennstack.observability import names
+from gennstack.observability.dashboards import DASHBOARD_DIR
+from gennstack.observability.rules import POOLS
+from gennstack.observability.values import DASHBOARD_FOLDER_ANNOTATION, DASHBOARD_LABEL
+
+GATEWAY_PROXY_NAMESPACE = "envoy-gateway-system"  # gennstack.gateway.values.ENVOY_GATEWAY_NAMESPACE
+KARPENTER_NAMESPACE = "kube-system"  # constructs/karpenter.py NAMESPACE
+NEURON_MONITOR_IMAGE = "public.ecr.aws/neuron/neuron-monitor:1.3.0"
+NEURON_MONITOR_NAME = "neuron-monitor"
+NEURON_TAINT = "aws.amazon.com/neuron"
+SCRAPE_INTERVAL = "15s"
+
+_GENERATION_FROM_POD = {
+    "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name"],
+    "targetLabel": names.GENERATION_LABEL,
+}
+_NODE_FROM_POD = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+
+
+def _metadata(name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": names.MONITORING_NAMESPACE, "labels": dict(names.MONITORING_LABEL)}
+
+
+def pod_monitors(*, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
+    """PodMonitors of the model servers (for the enabled ``generations``) and the gateway's Envoy pods."""
+    monitors = []
+    vllm_pools = [POOLS[g] for g in generations if g in ("trn2", "g6e")]
+    if vllm_pools:
+        monitors.append({
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-vllm"),
+            "spec": {
+                "namespaceSelector": {"matchNames": [serving_namespace]},
+                "selector": {"matchExpressions": [
+                    {"key": "app.kubernetes.io/name", "operator": "In", "values": vllm_pools},
+                    {"key": "app.kubernetes.io/component", "operator": "In", "values": ["server"]},
+                ]},
+                "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": SCRAPE_INTERVAL,
+                                         "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD]}],
+            },
+        })
+    if "inf2" in generations:
+        monitors.append({
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-ray"),
+            "spec": {
+                "namespaceSelector": {"matchNames": [serving_namespace]},
+                # The Ray head (component ray-head) and workers (server), not Redis, compile Jobs or spares.
+                "selector": {"matchLabels": {"app.kubernetes.io/name": POOLS["inf2"]}, "matchExpressions": [
+                    {"key": "app.kubernetes.io/component", "operator": "In", "values": ["ray-head", "server"]},
+                ]},
+                "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL,
+                                         "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD]}],
+            },
+        })
+    monitors.append({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-gateway"),
+        "spec": {
+            "namespaceSelector": {"matchNames": [GATEWAY_PROXY_NAMESPACE]},
+            "selector": {"matchLabels": {"app.kubernetes.io/component": "proxy",
+                                         "app.kubernetes.io/managed-by": "envoy-gateway"}},
+            "podMetricsEndpoints": [
+                {"port": "metrics", "path": "/stats/prometheus", "interval": SCRAPE_INTERVAL},
+                {"port": "aigw-admin", "path": "/metrics", "interval": SCRAPE_INTERVAL},
+            ],
+        },
+    })
+    return monitors
+
+
+def karpenter_service_monitor() -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor", "metadata": _metadata("karpenter"),
+        "spec": {
+            "namespaceSelector": {"matchNames": [KARPENTER_NAMESPACE]},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": "karpenter", "app.kubernetes.io/instance": "karpenter"}},
+            "endpoints": [{"port": "http-metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL}],
+        },
+    }
+
+
+def neuron_monitor(*, generations: list[str]) -> list[dict[str, Any]]:
+    """AWS's neuron-monitor on every Neuron node of the enabled generations, and its PodMonitor."""
+    neuron = [g for g in generations if g in ("inf2", "trn2")]
+    if not neuron:
+        return []
+    labels = {"app.kubernetes.io/name": NEURON_MONITOR_NAME, "app.kubernetes.io/part-of": "gennstack"}
+    daemonset = {
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": NEURON_MONITOR_NAME, "namespace": names.MONITORING_NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "gennstack.io/generation", "operator": "In", "values": neuron}]},
+                    ]}}},
+                    "tolerations": [{"key": NEURON_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                    "priorityClassName": "system-node-critical",
+                    "containers": [{
+                        "name": NEURON_MONITOR_NAME,
+                        "image": NEURON_MONITOR_IMAGE,
+                        "command": ["/opt/bin/entrypoint.sh"],
+                        "args": ["--port", "8000", "--neuron-monitor-config", "/opt/aws/neuron/bin/neuron-monitor.conf"],
+                        "ports": [{"name": "metrics", "containerPort": 8000}],
+                        "env": [{"name": "GOMEMLIMIT", "value": "160MiB"}],
+                        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                        # neuron-monitor reads the Neuron driver's device files and sysfs.
+                        "securityContext": {"privileged": True},
+                    }],
+                },
+            },
+        },
+    }
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata(NEURON_MONITOR_NAME),
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL,
+                                     "relabelings": [_NODE_FROM_POD]}],
+        },
+    }
+    return [daemonset, monitor]
+
+
+def dashboard_config_maps() -> list[dict[str, Any]]:
+    """One ConfigMap per dashboard file, labelled for Grafana's dashboard sidecar."""
+    maps = []
+    for path in sorted(DASHBOARD_DIR.glob("*.json")):
+        dashboard = json.loads(path.read_text(encoding="utf-8"))
+        maps.append({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": path.stem, "namespace": names.MONITORING_NAMESPACE,
+                         "labels": {**DASHBOARD_LABEL, **names.MONITORING_LABEL},
+                         "annotations": {DASHBOARD_FOLDER_ANNOTATION: "GenNStack"}},
+            "data": {path.name: json.dumps(dashboard, sort_keys=True, separators=(",", ":"))},
+        })
+    return maps

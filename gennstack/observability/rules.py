@@ -1,0 +1,159 @@
+"""GenNStack's alerts and recording rules, as Prometheus rule groups and one PrometheusRule.
+
+The thresholds come from ``monitoring.alerts``; the expressions use only metrics listed in
+:mod:`gennstack.observability.metrics` (tests parse every expression with promtool and run
+``promtool test rules`` with cases that fire and cases that must not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gennstack.observability import names
+from gennstack.observability.config import MonitoringConfig
+
+# The model servers' pool names (the serving chart's app.kubernetes.io/name) by generation.
+POOLS = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
+# kube-state-metrics writes extended resource names with '.' and '/' as '_'.
+ACCELERATOR_RESOURCES = ("aws_amazon_com_neuron", "nvidia_com_gpu")
+PRICE_RECORD = "gennstack:node_hourly_price_usd"
+RULE_NAME = "gennstack"
+
+
+def always_serving(serving: Any, generations: list[str]) -> list[str]:
+    """The enabled generations configured to keep at least one replica (``min_replicas``): only they
+    get a no-ready-replica alert. The serving config refuses ``min_replicas: 0`` today
+    (docs/autoscaling.md), so this is every enabled generation until scale-to-zero exists."""
+    return [g for g in generations if getattr(serving, g).min_replicas > 0]
+
+
+def _ready_replicas(namespace: str, pool: str) -> str:
+    return (
+        f'sum(kube_pod_status_ready{{namespace="{namespace}", condition="true"}}'
+        f' * on (namespace, pod) group_left ()'
+        f' kube_pod_labels{{namespace="{namespace}", label_app_kubernetes_io_name="{pool}",'
+        f' label_app_kubernetes_io_component="server"}})'
+    )
+
+
+def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
+    """The alerting rules, for the enabled ``generations`` (names as in config: inf2, trn2, g6e)."""
+    alerts = config.alerts
+    rules: list[dict[str, Any]] = []
+    for generation in generations:
+        pool = POOLS[generation]
+        rules.append({
+            "alert": "GenNStackNoReadyReplica",
+            # "or vector(0)": no serving pod at all is no ready replica too.
+            "expr": f"({_ready_replicas(serving_namespace, pool)} or vector(0)) == 0",
+            "for": "10m",
+            "labels": {"severity": "critical", names.GENERATION_LABEL: pool},
+            "annotations": {
+                "summary": f"{pool} has no ready replica",
+                "description": f"No serving pod of {pool} in {serving_namespace} has been Ready for 10 minutes: "
+                               "the gateway fails over to another generation or returns errors for its model.",
+            },
+        })
+    slo = alerts.ttft_p95_slo_seconds
+    rules += [
+        {
+            "alert": "GenNStackTimeToFirstTokenOverSLO",
+            "expr": (
+                "histogram_quantile(0.95, sum by (le, gen_ai_request_model) "
+                f"(rate(gen_ai_server_time_to_first_token_seconds_bucket[5m]))) > {slo:g}"
+            ),
+            "for": "10m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Time to first token p95 of {{ $labels.gen_ai_request_model }} is over the SLO",
+                "description": f"p95 time to first token at the gateway has been above {slo:g} s for 10 minutes "
+                               "(now {{ $value | humanizeDuration }}).",
+            },
+        },
+        {
+            "alert": "GenNStackHighErrorRate",
+            "expr": (
+                'sum by (gen_ai_request_model) (rate(gen_ai_server_request_duration_seconds_count{error_type!=""}[5m]))'
+                " / sum by (gen_ai_request_model) (rate(gen_ai_server_request_duration_seconds_count[5m]))"
+                f" > {alerts.error_rate:g}"
+            ),
+            "for": "5m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Errors on {{ $labels.gen_ai_request_model }} above "
+                           f"{alerts.error_rate * 100:g} %",
+                "description": "{{ $value | humanizePercentage }} of the gateway's requests for this model failed "
+                               "over the last 5 minutes.",
+            },
+        },
+        {
+            "alert": "GenNStackKVCacheFull",
+            "expr": f"max by ({names.GENERATION_LABEL}, pod) (vllm:kv_cache_usage_perc) >= {alerts.kv_cache_full:g}",
+            "for": "5m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "vLLM KV cache of {{ $labels.pod }} is full",
+                "description": "KV-cache use has been at or above "
+                               f"{alerts.kv_cache_full * 100:g} % for 5 minutes: requests queue and get preempted. "
+                               "Add replicas or lower max_num_seqs.",
+            },
+        },
+        {
+            "alert": "GenNStackAcceleratorPodPending",
+            "expr": (
+                '(max by (namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)'
+                " and on (namespace, pod) "
+                f'(max by (namespace, pod) (kube_pod_container_resource_requests{{resource=~"{"|".join(ACCELERATOR_RESOURCES)}"}}) > 0)'
+            ),
+            "for": f"{alerts.pending_pod_minutes}m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Accelerator pod {{ $labels.namespace }}/{{ $labels.pod }} is Pending",
+                "description": f"Pending for over {alerts.pending_pod_minutes} minutes: no capacity (spot, quota, "
+                               "NodePool limits) or a scheduling constraint nothing satisfies; see Karpenter's events.",
+            },
+        },
+        {
+            "alert": "GenNStackInterruptionDeadLetters",
+            "expr": "max(aws_sqs_approximate_number_of_messages_visible_maximum) > 0",
+            "for": "1m",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "The interruption handler's dead-letter queue holds messages",
+                "description": "An interruption event or reconcile run failed after all retries: warm spares may "
+                               "not have been raised. Read the handler's logs, then redrive or purge the queue.",
+            },
+        },
+    ]
+    return rules
+
+
+def price_rules(config: MonitoringConfig) -> list[dict[str, Any]]:
+    """One constant series per configured price, labelled like kube_node_labels so the cost dashboard can join."""
+    rules = []
+    for instance_type, prices in sorted(config.hourly_prices.items()):
+        for capacity_type, price in sorted(prices.items()):
+            rules.append({"record": PRICE_RECORD, "expr": f"vector({price:g})", "labels": {
+                "label_node_kubernetes_io_instance_type": instance_type,
+                "label_karpenter_sh_capacity_type": capacity_type,
+            }})
+    return rules
+
+
+def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
+    """The rule groups as a Prometheus rule file (and a PrometheusRule's spec) holds them."""
+    groups = [{"name": "gennstack.alerts", "rules": alert_rules(config, generations=generations,
+                                                               serving_namespace=serving_namespace)}]
+    prices = price_rules(config)
+    if prices:
+        groups.append({"name": "gennstack.prices", "interval": "5m", "rules": prices})
+    return groups
+
+
+def prometheus_rule(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": RULE_NAME, "namespace": names.MONITORING_NAMESPACE, "labels": dict(names.MONITORING_LABEL)},
+        "spec": {"groups": rule_groups(config, generations=generations, serving_namespace=serving_namespace)},
+    }

@@ -1,0 +1,197 @@
+"""Helm values of the monitoring charts, built from the ``monitoring`` config section.
+
+One function per chart, each callable on its own so tests can check the values without synthesizing
+the stack. The chart keys used here were read from the pinned charts' values.yaml and templates
+(tests/observability/test_values.py lists them with their upstream files).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from gennstack.observability import names
+from gennstack.observability.config import MonitoringConfig
+
+# The StorageClass the EBS CSI driver chart creates and every monitoring volume claims.
+STORAGE_CLASS = "gennstack-gp3"
+EBS_CSI_NAMESPACE = "kube-system"
+EBS_CSI_CONTROLLER_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
+YACE_SERVICE_ACCOUNT = "gennstack-cloudwatch-exporter"
+# kube-prometheus-stack names Prometheus' ServiceAccount "<fullname>-prometheus"
+# (templates/_helpers.tpl, kube-prometheus-stack.prometheus.serviceAccountName).
+PROMETHEUS_SERVICE_ACCOUNT = f"{names.KPS_FULLNAME}-prometheus"
+# Grafana's Service and admin Secret (grafana chart templates/_helpers.tpl grafana.fullname).
+GRAFANA_FULLNAME = f"{names.KPS_FULLNAME}-grafana"
+# Grafana's dashboard sidecar picks up ConfigMaps with this label (kube-prometheus-stack values.yaml,
+# grafana.sidecar.dashboards.label / labelValue).
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}
+DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
+# Node and pod labels kube-state-metrics exposes as kube_node_labels / kube_pod_labels
+# (--metric-labels-allowlist); the dashboards and alerts join on them.
+KSM_LABELS_ALLOWLIST = [
+    "nodes=[karpenter.sh/capacity-type,karpenter.sh/nodepool,node.kubernetes.io/instance-type,gennstack.io/generation]",
+    "pods=[app.kubernetes.io/name,app.kubernetes.io/component]",
+]
+NVIDIA_GPU_TAINT = "nvidia.com/gpu"
+
+
+def placement(config: MonitoringConfig, *, system_node_selector: dict[str, str],
+              system_tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+    """nodeSelector and tolerations of the monitoring pods: the system nodes or on-demand general nodes."""
+    if config.placement == "system":
+        return {"nodeSelector": dict(system_node_selector), "tolerations": list(system_tolerations)}
+    return {"nodeSelector": {"gennstack.io/pool": "general", "karpenter.sh/capacity-type": "on-demand"}, "tolerations": []}
+
+
+def _claim(size_gib: int) -> dict[str, Any]:
+    return {"spec": {
+        "storageClassName": STORAGE_CLASS,
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": f"{size_gib}Gi"}},
+    }}
+
+
+def remote_write_url(workspace_arn: str) -> str:
+    """The remote-write endpoint of an Amazon Managed Service for Prometheus workspace, from its ARN."""
+    parts = workspace_arn.split(":")
+    region, workspace_id = parts[3], parts[5].split("/", 1)[1]
+    return f"https://aps-workspaces.{region}.amazonaws.com/workspaces/{workspace_id}/api/v1/remote_write"
+
+
+def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remote_write: str | None,
+                                 system_node_selector: dict[str, str],
+                                 system_tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+    """Values of kube-prometheus-stack: where it runs, its volumes and retention, what it selects.
+
+    ``remote_write``: the Amazon Managed Service for Prometheus endpoint, or None. Prometheus signs
+    with SigV4 using the credentials EKS Pod Identity gives its ServiceAccount.
+    """
+    where = placement(config, system_node_selector=system_node_selector, system_tolerations=system_tolerations)
+    prometheus_spec: dict[str, Any] = {
+        **where,
+        "retention": f"{config.retention_days}d",
+        "retentionSize": f"{config.retention_size_bytes()}B",
+        "storageSpec": {"volumeClaimTemplate": _claim(config.prometheus_storage_gib)},
+        # Every ServiceMonitor, PodMonitor and PrometheusRule in the cluster, not only the chart's
+        # own (release label): GenNStack's, Karpenter's and the DCGM exporter's.
+        "serviceMonitorSelectorNilUsesHelmValues": False,
+        "podMonitorSelectorNilUsesHelmValues": False,
+        "ruleSelectorNilUsesHelmValues": False,
+        "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "4Gi"}},
+    }
+    if remote_write is not None:
+        prometheus_spec["remoteWrite"] = [{"url": remote_write, "sigv4": {"region": region}}]
+    return {
+        "fullnameOverride": names.KPS_FULLNAME,
+        # EKS runs etcd, the scheduler and the controller manager out of the cluster's reach: their
+        # monitors would only ever be down, and their alerts fire forever.
+        **{component: {"enabled": False} for component in ("kubeEtcd", "kubeScheduler", "kubeControllerManager")},
+        "defaultRules": {"rules": {rule: False for rule in (
+            "etcd", "kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording")}},
+        "alertmanager": {"alertmanagerSpec": {
+            **where,
+            "storage": {"volumeClaimTemplate": _claim(config.alertmanager_storage_gib)},
+        }},
+        "grafana": {
+            **where,
+            # The subchart names itself after the release otherwise ("kube-prometheus-stack-grafana").
+            "fullnameOverride": GRAFANA_FULLNAME,
+            "persistence": {"enabled": True, "type": "pvc", "storageClassName": STORAGE_CLASS,
+                            "accessModes": ["ReadWriteOnce"], "size": f"{config.grafana_storage_gib}Gi"},
+            # One ReadWriteOnce volume: a rolling update's new pod could not attach it on another node.
+            "deploymentStrategy": {"type": "Recreate"},
+            # The dashboard sidecar loads every labelled ConfigMap into the folder its annotation names.
+            "sidecar": {"dashboards": {
+                "enabled": True, **_sidecar_label(), "searchNamespace": "ALL",
+                "folderAnnotation": DASHBOARD_FOLDER_ANNOTATION,
+                "provider": {"foldersFromFilesStructure": True},
+            }},
+        },
+        "kube-state-metrics": {**where, "metricLabelsAllowlist": KSM_LABELS_ALLOWLIST},
+        "prometheusOperator": {
+            **where,
+            "admissionWebhooks": {"patch": where},
+        },
+        "prometheus": {"prometheusSpec": prometheus_spec},
+    }
+
+
+def _sidecar_label() -> dict[str, str]:
+    (label, value), = DASHBOARD_LABEL.items()
+    return {"label": label, "labelValue": value}
+
+
+def dcgm_exporter_values() -> dict[str, Any]:
+    """The DCGM exporter on every NVIDIA node (Karpenter's GPU-maker label), scraped by its chart's ServiceMonitor."""
+    return {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}]},
+        ]}}},
+        "tolerations": [{"key": NVIDIA_GPU_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+        "serviceMonitor": {"enabled": True, "additionalLabels": dict(names.MONITORING_LABEL)},
+    }
+
+
+def ebs_csi_driver_values(*, system_node_selector: dict[str, str], system_tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+    """The EBS CSI driver: controller on the system nodes, and the encrypted gp3 StorageClass the volumes use."""
+    return {
+        "controller": {
+            "nodeSelector": dict(system_node_selector),
+            "tolerations": list(system_tolerations),
+            "serviceAccount": {"create": True, "name": EBS_CSI_CONTROLLER_SERVICE_ACCOUNT},
+        },
+        "storageClasses": [{
+            "name": STORAGE_CLASS,
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "reclaimPolicy": "Delete",
+            "allowVolumeExpansion": True,
+            "parameters": {"type": "gp3", "encrypted": "true"},
+        }],
+    }
+
+
+def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metrics_namespace: str) -> dict[str, Any]:
+    """YACE's config: the interruption handler's dead-letter queue depth and its own metrics.
+
+    The handler publishes Interruptions, DuplicateSignals, PrewarmLatency, HandlerLatency,
+    WarmSpareReplicas and Errors in ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
+    """
+    period = {"period": 60, "length": 300}
+    return {
+        "apiVersion": "v1alpha1",
+        "sts-region": region,
+        "static": [{
+            "name": "interruption-dead-letters",
+            "namespace": "AWS/SQS",
+            "regions": [region],
+            "dimensions": [{"name": "QueueName", "value": dead_letter_queue_name}],
+            "metrics": [{"name": "ApproximateNumberOfMessagesVisible", "statistics": ["Maximum"], **period}],
+        }],
+        "customNamespace": [{
+            "name": "interruption-handler",
+            "namespace": metrics_namespace,
+            "regions": [region],
+            "metrics": [
+                {"name": "Interruptions", "statistics": ["Sum"], "nilToZero": True, **period},
+                {"name": "DuplicateSignals", "statistics": ["Sum"], "nilToZero": True, **period},
+                {"name": "Errors", "statistics": ["Sum"], "nilToZero": True, **period},
+                {"name": "PrewarmLatency", "statistics": ["Average", "Maximum"], **period},
+                {"name": "WarmSpareReplicas", "statistics": ["Maximum"], **period},
+            ],
+        }],
+    }
+
+
+def cloudwatch_exporter_values(config: MonitoringConfig, *, exporter_config: dict[str, Any],
+                               system_node_selector: dict[str, str],
+                               system_tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+    """YACE with its config, on the monitoring nodes; credentials from EKS Pod Identity (no keys)."""
+    where = placement(config, system_node_selector=system_node_selector, system_tolerations=system_tolerations)
+    return {
+        **where,
+        "serviceAccount": {"create": True, "name": YACE_SERVICE_ACCOUNT},
+        "serviceMonitor": {"enabled": True, "labels": dict(names.MONITORING_LABEL), "interval": "60s"},
+        "config": yaml.safe_dump(exporter_config, sort_keys=False),
+    }

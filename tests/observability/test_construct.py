@@ -1,0 +1,96 @@
+"""The Monitoring construct in the synthesized stack: charts, their order, IAM scope, Pod Identity."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gennstack import versions
+from gennstack.observability import names
+from gennstack.observability import values as monitoring_values
+from tests.support import Synth, depends_on
+
+
+def _charts(synth: Synth) -> dict[str, tuple[str, dict[str, Any]]]:
+    return {r["Properties"]["Release"]: (logical_id, r["Properties"])
+            for logical_id, r in synth.resources("Custom::AWSCDK-EKS-HelmChart").items()}
+
+
+def _manifest_ids(synth: Synth, prefix: str) -> list[str]:
+    return [k for k in synth.resources("Custom::AWSCDK-EKS-KubernetesResource") if k.startswith(prefix)]
+
+
+def test_charts_pinned_in_their_namespaces(synth: Synth) -> None:
+    charts = _charts(synth)
+    for chart, namespace in ((versions.KUBE_PROMETHEUS_STACK, names.MONITORING_NAMESPACE),
+                             (versions.DCGM_EXPORTER, names.MONITORING_NAMESPACE),
+                             (versions.CLOUDWATCH_EXPORTER, names.MONITORING_NAMESPACE),
+                             (versions.EBS_CSI_DRIVER, "kube-system")):
+        _, properties = charts[chart.name]
+        assert (properties["Chart"], properties["Repository"], properties["Version"], properties["Namespace"]) == (
+            chart.name, chart.repository, chart.version, namespace)
+        assert properties["Wait"] is True
+
+
+def test_monitoring_objects_come_after_the_operator_and_its_volumes(synth: Synth) -> None:
+    template = synth.template
+    charts = _charts(synth)
+    kps, _ = charts[versions.KUBE_PROMETHEUS_STACK.name]
+    assert depends_on(template, kps, charts[versions.EBS_CSI_DRIVER.name][0])
+    for dependent in (charts[versions.DCGM_EXPORTER.name][0], charts[versions.CLOUDWATCH_EXPORTER.name][0],
+                      *_manifest_ids(synth, "EksClustermanifestScrapeTargets"),
+                      *_manifest_ids(synth, "EksClustermanifestAlertRules"),
+                      *_manifest_ids(synth, "EksClustermanifestDashboards")):
+        assert depends_on(template, dependent, kps), dependent
+
+
+def test_scrape_targets_rules_and_dashboards_are_applied(synth: Synth) -> None:
+    kinds = []
+    for prefix in ("EksClustermanifestScrapeTargets", "EksClustermanifestAlertRules", "EksClustermanifestDashboards"):
+        (logical_id,) = _manifest_ids(synth, prefix)
+        manifest = synth.template["Resources"][logical_id]["Properties"]["Manifest"]
+        assert isinstance(manifest, str), f"{logical_id} holds a token"
+        kinds += [(o["kind"], o["metadata"]["name"]) for o in json.loads(manifest)]
+    assert ("PrometheusRule", "gennstack") in kinds
+    assert {("PodMonitor", n) for n in ("gennstack-vllm", "gennstack-ray", "gennstack-gateway", "neuron-monitor")} <= set(kinds)
+    assert ("ServiceMonitor", "karpenter") in kinds and ("DaemonSet", "neuron-monitor") in kinds
+    assert sum(kind == "ConfigMap" for kind, _ in kinds) == 6
+
+
+def _associations(synth: Synth) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): a["Properties"]
+            for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()}
+
+
+def _role_statements(synth: Synth, role_arn: dict[str, Any]) -> list[dict[str, Any]]:
+    role_id = role_arn["Fn::GetAtt"][0]
+    return [s for p in synth.resources("AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
+            for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def test_pod_identity_for_the_ebs_driver_and_the_cloudwatch_exporter(synth: Synth) -> None:
+    associations = _associations(synth)
+    assert ("kube-system", monitoring_values.EBS_CSI_CONTROLLER_SERVICE_ACCOUNT) in associations
+    exporter = associations[(names.MONITORING_NAMESPACE, monitoring_values.YACE_SERVICE_ACCOUNT)]
+    (statement,) = _role_statements(synth, exporter["RoleArn"])
+    assert sorted(statement["Action"]) == ["cloudwatch:GetMetricData", "cloudwatch:ListMetrics"]
+    # Remote write is off by default: Prometheus has no role.
+    assert (names.MONITORING_NAMESPACE, monitoring_values.PROMETHEUS_SERVICE_ACCOUNT) not in associations
+    assert not synth.resources("AWS::APS::Workspace")
+
+
+def test_remote_write_to_a_workspace_the_stack_creates(synth_variant: Synth) -> None:
+    (workspace_id,) = synth_variant.resources("AWS::APS::Workspace")
+    association = _associations(synth_variant)[(names.MONITORING_NAMESPACE, monitoring_values.PROMETHEUS_SERVICE_ACCOUNT)]
+    (statement,) = _role_statements(synth_variant, association["RoleArn"])
+    assert statement["Action"] == "aps:RemoteWrite"
+    assert statement["Resource"] == {"Fn::GetAtt": [workspace_id, "Arn"]}
+    _, kps = _charts(synth_variant)[versions.KUBE_PROMETHEUS_STACK.name]
+    joined = json.dumps(kps["Values"])
+    assert "api/v1/remote_write" in joined and "PrometheusEndpoint" in joined and '\\"sigv4\\"' in joined
+
+
+def test_cloudwatch_namespace_is_the_handlers(synth: Synth) -> None:
+    (function,) = [f["Properties"] for k, f in synth.resources("AWS::Lambda::Function").items()
+                   if k.startswith("InterruptionHandlerFunction")]
+    assert function["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == names.INTERRUPTION_METRICS_NAMESPACE

@@ -1,0 +1,73 @@
+"""The cost dashboard's arithmetic, run by Prometheus' engine (`promtool test rules`): node-hours and
+USD by instance and capacity type from kube_node_labels and the configured prices.
+
+The queries are the dashboard's own (gennstack.observability.dashboards), with Grafana's
+``$__range`` set to 1h; the prices are the recording rules GenNStack installs. A subquery
+``[1h:1m]`` evaluated at t holds the 1-minute steps in [t-1h, t] in Prometheus 2.x (Debian's
+promtool) and in (t-1h, t] from Prometheus 3.0 on (the cluster's v3.13: range selectors became
+left-open), so the expected node-minutes count the steps the running promtool's engine includes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from gennstack.observability.config import MonitoringConfig
+from gennstack.observability.dashboards import cost_dashboard
+from gennstack.observability.rules import rule_groups
+from tests.observability import promtool
+
+CONFIG = MonitoringConfig.model_validate({"hourly_prices": {"g6e.2xlarge": {"on-demand": 2.24, "spot": 0.9}}})
+NODE = "kube_node_labels{{node=\"{node}\", label_node_kubernetes_io_instance_type=\"{it}\", label_karpenter_sh_capacity_type=\"{ct}\"}}"
+SPOT = {"label_node_kubernetes_io_instance_type": "g6e.2xlarge", "label_karpenter_sh_capacity_type": "spot"}
+ON_DEMAND = {"label_node_kubernetes_io_instance_type": "g6e.2xlarge", "label_karpenter_sh_capacity_type": "on-demand"}
+
+
+def _query(title: str) -> str:
+    panel = next(p for p in cost_dashboard()["panels"] if p["title"] == title)
+    return panel["targets"][0]["expr"].replace("$__range", "1h")
+
+
+def _samples(values: list[tuple[dict[str, str], float]]) -> list[dict]:
+    return [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}", "value": value}
+            for labels, value in values]
+
+
+def _steps(end: int) -> range:
+    """The subquery's steps (minutes) at ``end`` for the promtool under test."""
+    version = re.search(r"version (\d+)\.", promtool.run("--version", cwd=Path.cwd()).stdout)
+    assert version, "promtool --version printed no version"
+    return range(end - 60 if int(version.group(1)) < 3 else end - 59, end + 1)
+
+
+def test_cost_dashboard_arithmetic(tmp_path: Path) -> None:
+    groups = [g for g in rule_groups(CONFIG, generations=["g6e"], serving_namespace="s") if g["name"] == "gennstack.prices"]
+    promtool.write_rules(tmp_path, groups)
+    series = [
+        # A spot node for the whole two hours; an on-demand one for the last 30 minutes; a system
+        # node (no Karpenter capacity-type label) that the cost panels leave out.
+        {"series": NODE.format(node="a", it="g6e.2xlarge", ct="spot"), "values": "1x120"},
+        {"series": NODE.format(node="b", it="g6e.2xlarge", ct="on-demand"), "values": "_x89 1x30"},
+        {"series": 'kube_node_labels{node="sys", label_node_kubernetes_io_instance_type="m7i.large"}', "values": "1x120"},
+    ]
+    # Node a is up at every step of the subquery; b from minute 89 on (its last sample, at 119,
+    # still answers at 120 within the 5-minute lookback).
+    steps = _steps(120)
+    a_hours, b_hours = len(steps) / 60, len([m for m in steps if m >= 89]) / 60
+    tests = [{"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": _query("Nodes by instance and capacity type"), "eval_time": "120m",
+         "exp_samples": _samples([(SPOT, 1), (ON_DEMAND, 1)])},
+        {"expr": _query("Node-hours in the time range"), "eval_time": "120m",
+         "exp_samples": _samples([(SPOT, a_hours), (ON_DEMAND, b_hours)])},
+        {"expr": _query("USD per hour"), "eval_time": "120m",
+         "exp_samples": _samples([(SPOT, 0.9), (ON_DEMAND, 2.24)])},
+        {"expr": _query("USD in the time range"), "eval_time": "120m",
+         "exp_samples": _samples([(SPOT, 0.9 * a_hours), (ON_DEMAND, 2.24 * b_hours)])},
+    ]}]
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False), encoding="utf-8")
+    result = promtool.run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
