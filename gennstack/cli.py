@@ -21,6 +21,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "bench": "gennstack.bench.cli",
     "gateway": "gennstack.gateway.cli",
     "preflight": "gennstack.preflight.cli",
+    "drill": "gennstack.drill.cli",
 }
 
 
