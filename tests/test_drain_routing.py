@@ -42,6 +42,20 @@ def test_drain_on_follows_config_per_enabled_generation() -> None:
     assert drain_on(load_config({"generations": {"trn2": {"enabled": False}}})).keys() == {"gen3-g6e"}
 
 
+@pytest.mark.parametrize(("drain", "message"), [
+    ({"inf2": ["warning"]}, "interruptions.drain_on.inf2: got ['warning']; allowed: [] (KubeRay owns gen1-inf2-serve-svc"),
+    ({"g6e": ["soon"]}, "interruptions.drain_on.g6e.0: got 'soon'"),
+    ({"g6e": ["warning", "warning"]}, "interruptions.drain_on.g6e: got ['warning', 'warning']; allowed: each signal at most once"),
+    ({"p5": []}, "interruptions.drain_on.p5: unknown key"),
+])
+def test_bad_drain_on_names_key_and_value(drain: dict[str, Any], message: str) -> None:
+    from gennstack.config import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        load_config({"interruptions": {"drain_on": drain}})
+    assert message in str(caught.value), str(caught.value)
+
+
 def test_function_gets_drain_on_and_rbac_only_when_something_drains(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> None:
     from tests.support import synthesize
 

@@ -168,12 +168,12 @@ def drill(
         raise DrillError(explain(exc)) from exc
     log.add("drill_start", f"drill: {nodes} {generation} spot node(s), template {template_id}",
             template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region)
-    if bench is not None:
-        bench.start()
-        log.add("bench_start", f"bench started: {shlex.join(bench.argv[3:])}", argv=bench.argv[3:])
-        sleep(bench_lead_seconds)
     experiment_id: str | None = None
     try:
+        if bench is not None:
+            bench.start()
+            log.add("bench_start", f"bench started: {shlex.join(bench.argv[3:])}", argv=bench.argv[3:])
+            sleep(bench_lead_seconds)
         try:
             started = fis.start_experiment(
                 clientToken=str(uuid.uuid4()),

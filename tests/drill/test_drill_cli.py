@@ -241,7 +241,24 @@ def test_a_failing_bench_fails_the_drill(tmp_path: Path, fis: tuple[Any, Stubber
     start(stubber)
     get(stubber, "completed")
     code, _, _, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--bench-lead", "0", "--bench-args", "--duration 5"], bench_code=3)
-    assert code == 1 and events(output)[-2] == {"time": ANY, "event": "bench_end", "exit_code": 3} | {"time": events(output)[-2]["time"]}
+    bench_end = events(output)[-2]
+    assert code == 1 and (bench_end["event"], bench_end["exit_code"]) == ("bench_end", 3)
+    assert events(output)[-1]["outcome"] == "completed"  # the experiment itself completed
+
+
+def test_ctrl_c_also_stops_the_bench(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    list_templates(stubber, summary())
+
+    def interrupt(sleeps: int) -> None:
+        if sleeps == 1:  # during the bench lead, before the experiment exists: nothing to stop in FIS
+            raise KeyboardInterrupt
+
+    made: list[FakeBench] = []
+    code, out, _, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--bench-args", "--duration 600"], bench=made,
+                                     sleep_hook=interrupt)
+    assert code == 130 and made[0].events == ["start", "stop"]
+    assert [e["event"] for e in events(output)] == ["drill_start", "bench_start", "bench_end", "drill_end"]
 
 
 def test_the_real_bench_command_line_is_gennstack_bench(tmp_path: Path) -> None:
@@ -333,7 +350,7 @@ def test_stop_failure_says_how_to_stop_it(tmp_path: Path, fis: tuple[Any, Stubbe
             raise KeyboardInterrupt
 
     code, _, err, _ = drill_cli(tmp_path, fis, ["--generation", "g6e"], sleep_hook=interrupt)
-    assert code == 1 and f"permission denied: fis:StopExperiment" in err and f"aws fis stop-experiment --id {EXPERIMENT_ID}" in err
+    assert code == 1 and "permission denied: fis:StopExperiment" in err and f"aws fis stop-experiment --id {EXPERIMENT_ID}" in err
 
 
 @pytest.mark.parametrize(
