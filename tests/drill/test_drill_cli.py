@@ -368,3 +368,33 @@ def test_bad_arguments_exit_2_without_calling_aws(tmp_path: Path, fis: tuple[Any
                                                   message: str) -> None:
     code, _, err, _ = drill_cli(tmp_path, fis, argv, config={"region": REGION, **config})
     assert code == 2 and message in err, err
+
+
+@pytest.mark.slow
+def test_a_real_bench_run_lands_beside_the_drill_log(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+    """The real `gennstack bench` subprocess (its bundled mock server, loopback only) writes into the drill's folder."""
+    _, stubber = fis
+    list_templates(stubber, summary())
+    start(stubber)
+    get(stubber, "completed")
+    from gennstack.cli import build_parser
+    from gennstack.drill.cli import run as run_drill
+
+    config_file = tmp_path / "drill.json"
+    config_file.write_text(json.dumps({"region": REGION, "drills": {"enabled": True}}))
+    output = tmp_path / "result"
+    args = build_parser().parse_args([
+        "drill", "--cdk-json", str(ROOT / "cdk.json"), "--config", str(config_file), "--output-dir", str(output),
+        "--generation", "g6e", "--bench-lead", "0",
+        "--bench-args", "demo --concurrency 1 --duration 2 --max-tokens 8 --warmup-seconds 0 --no-progress",
+    ])
+    clock = Clock()
+    code = run_drill(args, make_session=lambda **_: FakeSession(fis[0]), sleep=clock.sleep, monotonic=clock.monotonic,
+                     now=clock.now, stdout=io.StringIO(), stderr=io.StringIO())
+    stubber.assert_no_pending_responses()
+    assert code == 0
+    result = json.loads((output / "bench" / "result.json").read_text())
+    assert result  # the bench's own result, written by the bench
+    assert [e["event"] for e in events(output)] == [
+        "drill_start", "bench_start", "experiment_started", "experiment_state", "bench_end", "drill_end"]
+    assert events(output)[-2]["exit_code"] == 0
