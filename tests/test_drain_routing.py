@@ -18,7 +18,7 @@ from tests import helm
 from tests.k8s_schema import validate
 from tests.serving.conftest import CHART, NAMESPACE, REQUIRED
 from tests.serving.test_serving_availability import admit
-from tests.support import Synth
+from tests.support import ROOT, Synth
 
 ROUTABLE = "gennstack.io/routable"
 HANDLER = {"userInfo": {"username": "arn:aws:sts::123456789012:assumed-role/InterruptionHandlerRole/fn",
@@ -162,3 +162,41 @@ def test_services_select_only_routable_pods_and_deployments_do_not(rendered: dic
     others = [k for k, o in rendered.items() if k != ("Deployment", name) and o["kind"] in ("Deployment", "Job", "StatefulSet")
               and (o["spec"].get("template", {}).get("metadata", {}).get("labels", {})).items() >= handler_selector.items()]
     assert others == []
+
+
+# --- upstream behaviour drain routing relies on, pinned to the versions GenNStack deploys -----------
+
+
+def test_karpenter_contract_is_the_pinned_version() -> None:
+    """aws/karpenter-provider-aws v1.14.1: ``pkg/cloudprovider/cloudprovider.go`` sets a NodeClaim's
+    ``status.providerID = fmt.Sprintf("aws:///%s/%s", i.Zone, i.ID)`` (the Node's ``spec.providerID``), and
+    ``pkg/utils/utils.go`` ``GetTags`` tags every instance ``karpenter.sh/nodepool`` and
+    ``eks:eks-cluster-name``. The handler's node lookup and the drill targets depend on both; a new
+    Karpenter version must be re-read before this passes."""
+    from gennstack import versions
+    from lambdas.interruption_handler.drain import instance_of
+
+    assert versions.KARPENTER.version == "1.14.1"
+    assert instance_of({"spec": {"providerID": "aws:///us-east-2a/i-0123456789abcdef0"}}) == "i-0123456789abcdef0"
+    assert instance_of({"spec": {"providerID": "kind://docker/x/y"}}) is None
+
+
+def test_envoy_gateway_contract_is_the_pinned_version() -> None:
+    """envoyproxy/gateway v1.8.3 ``internal/xds/translator/cluster.go``: a Backend resolved by hostname
+    becomes a STRICT_DNS cluster with ``DnsRefreshRate`` 30 s and ``RespectDnsTtl`` true, and every
+    cluster sets ``IgnoreHealthOnHostRemoval: true`` (a host gone from DNS leaves at once, health checks
+    passing or not). docs/spot-drills.md's timeline rests on these; a new Envoy Gateway must be re-read."""
+    from gennstack import versions
+
+    assert versions.ENVOY_GATEWAY.version == "v1.8.3"
+    doc = (ROOT / "docs" / "spot-drills.md").read_text(encoding="utf-8")
+    for claim in ("STRICT_DNS", "`dns_refresh_rate` 30 s", "`respect_dns_ttl: true`", "`ignore_health_on_host_removal: true`", "v1.8.3"):
+        assert claim in doc, claim
+
+
+def test_kuberay_owns_the_inf2_service_selector() -> None:
+    """ray-project/kuberay v1.7.0 ``ray-operator/controllers/ray/common/service.go`` builds the serve
+    Service's selector itself (``ray.io/serve``); GenNStack therefore refuses drain_on for inf2."""
+    from gennstack import versions
+
+    assert versions.KUBERAY_OPERATOR.version == "1.7.0"
