@@ -8,9 +8,10 @@ from pydantic import Field
 
 from gennstack.config_base import StrictModel
 
-# AWS FIS's aws:ec2:send-spot-instance-interruptions takes durationBeforeInterruption from 2 to 15
-# minutes (FIS user guide, actions reference); longer than 2 minutes and a rebalance recommendation
-# comes first, the interruption warning 2 minutes before the reclaim.
+# AWS FIS's aws:ec2:send-spot-instance-interruptions: durationBeforeInterruption is the time to the
+# reclaim; longer than 2 minutes and a rebalance recommendation comes first, the interruption warning
+# 2 minutes before the reclaim (FIS actions reference). 2 to 15 minutes is the range as we read that
+# reference (not re-checked here; see docs/spot-drills.md).
 MIN_MINUTES_BEFORE_INTERRUPTION = 2
 MAX_MINUTES_BEFORE_INTERRUPTION = 15
 MAX_DRILL_NODES = 5
