@@ -197,6 +197,7 @@ def drill(
     except DrillError:
         if bench is not None:
             bench.stop()
+            log.add("bench_end", "bench stopped", exit_code=None)
         raise
     bench_code = 0
     if bench is not None:
@@ -241,7 +242,10 @@ def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float
         raise DrillError(f"{explain(exc)}; stop it yourself: aws fis stop-experiment --id {experiment_id}") from exc
     deadline = monotonic() + STOP_WAIT_SECONDS
     while monotonic() < deadline:
-        experiment = fis.get_experiment(id=experiment_id)["experiment"]
+        try:
+            experiment = fis.get_experiment(id=experiment_id)["experiment"]
+        except (ClientError, BotoCoreError) as exc:
+            raise DrillError(f"{explain(exc)}; the stop was requested: check experiment {experiment_id} in the FIS console") from exc
         status, reason, _ = _state(experiment)
         if status in TERMINAL:
             log.add("experiment_state", f"experiment {experiment_id}: {status}", experiment_id=experiment_id, status=status, reason=reason)

@@ -398,3 +398,22 @@ def test_a_real_bench_run_lands_beside_the_drill_log(tmp_path: Path, fis: tuple[
     assert [e["event"] for e in events(output)] == [
         "drill_start", "bench_start", "experiment_started", "experiment_state", "bench_end", "drill_end"]
     assert events(output)[-2]["exit_code"] == 0
+
+
+def test_following_a_stop_that_fails_says_so(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    list_templates(stubber, summary())
+    start(stubber, "running")
+    stubber.add_response("stop_experiment", experiment("stopping"), {"id": EXPERIMENT_ID})
+    stubber.add_client_error("get_experiment", service_error_code="ThrottlingException", service_message="slow down", http_status_code=400)
+
+    def interrupt(sleeps: int) -> None:
+        if sleeps == 2:  # sleep 1 is the bench lead, 2 the first poll
+            raise KeyboardInterrupt
+
+    made: list[FakeBench] = []
+    code, _, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--bench-lead", "0", "--bench-args", "--duration 9"],
+                                     bench=made, sleep_hook=interrupt)
+    assert code == 1 and "throttled: fis:GetExperiment" in err and f"check experiment {EXPERIMENT_ID} in the FIS console" in err
+    assert made[0].events == ["start", "stop"]
+    assert [e["event"] for e in events(output)][-3:] == ["stop_requested", "bench_end", "drill_end"]
