@@ -187,11 +187,13 @@ def drill(
         log.add("experiment_started", f"experiment {experiment_id}: {status}", experiment_id=experiment_id, status=status, reason=reason)
         status = _follow(fis, experiment_id, log, poll_seconds=poll_seconds, sleep=sleep, last=(status, reason, code))
     except KeyboardInterrupt:
-        if experiment_id is not None:
-            _stop(fis, experiment_id, log, sleep=sleep, monotonic=monotonic, poll_seconds=poll_seconds)
-        if bench is not None:
-            bench.stop()
-            log.add("bench_end", "bench stopped", exit_code=None)
+        try:
+            if experiment_id is not None:
+                _stop(fis, experiment_id, log, sleep=sleep, monotonic=monotonic, poll_seconds=poll_seconds)
+        finally:
+            if bench is not None:
+                bench.stop()
+                log.add("bench_end", "bench stopped", exit_code=None)
         log.add("drill_end", "drill interrupted (Ctrl-C)", outcome="interrupted")
         return 130
     except DrillError:
