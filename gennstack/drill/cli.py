@@ -326,7 +326,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--generation", required=True, choices=GENERATION_NAMES, help="whose spot NodePool to interrupt")
     parser.add_argument("--nodes", type=int, default=1, help="how many running spot nodes (1 to drills.max_nodes; default: %(default)s)")
     parser.add_argument("--bench-args", metavar="ARGS",
-                        help="run `gennstack bench ARGS` meanwhile, e.g. \"--base-url https://GATEWAY/v1 --model gennstack-default --concurrency 32 --duration 600\"")
+                        help="run `gennstack bench ARGS` meanwhile, e.g. --bench-args=\"--base-url https://GATEWAY/v1 --model gennstack-default "
+                             "--concurrency 32 --duration 600\" (write it with '=': ARGS starts with '-')")
     parser.add_argument("--bench-lead", type=float, default=60.0, metavar="SECONDS",
                         help="start the bench this long before the experiment, for a baseline (default: %(default)s)")
     parser.add_argument("--poll-seconds", type=float, default=5.0, help="GetExperiment interval (default: %(default)s)")

@@ -360,7 +360,7 @@ def test_stop_failure_says_how_to_stop_it(tmp_path: Path, fis: tuple[Any, Stubbe
         (["--generation", "g6e", "--nodes", "3"], {"drills": {"max_nodes": 2}}, "--nodes 3: allowed 1 to drills.max_nodes (2)"),
         (["--generation", "g6e", "--nodes", "0"], {}, "--nodes 0: allowed 1 to drills.max_nodes (2)"),
         (["--generation", "g6e", "--bench-args", "--model 'x"], {}, "--bench-args \"--model 'x\": No closing quotation"),
-        (["--generation", "g6e", "--bench-args", "--output-dir x"], {}, "--bench-args must not hold --output-dir"),
+        (["--generation", "g6e", "--bench-args=--output-dir"], {}, "--bench-args must not hold --output-dir"),
         (["--generation", "g6e"], {"drills": {"max_nodes": 9}}, "drills.max_nodes: got 9"),
     ],
 )
