@@ -17,9 +17,10 @@ patch pods in the serving namespace; a ValidatingAdmissionPolicy (``constructs/i
 limits its pod patches to this one label, ``"true"`` or ``"false"``.
 
 Converging: the reconciler drains every node of an active record whose signals drain its NodePool
-(pods that arrived after the first drain included) and sets ``"true"`` again on drained pods whose
-node has no such record any more: a rebalance recommendation that never became an interruption
-gives its capacity back when its record expires (``RECORD_TTL_SECONDS``).
+(pods that arrived after the first drain included) and sets ``"true"`` on every other serving pod
+that is not so: drained pods whose node has no such record any more (a rebalance recommendation that
+never became an interruption gives its capacity back when its record expires, ``RECORD_TTL_SECONDS``)
+and pods without the label (created before the chart had it; the Service would skip them).
 """
 
 from __future__ import annotations
@@ -116,9 +117,13 @@ def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, 
         drained.changed += part.changed
         drained.unchanged += part.unchanged
         drained.gone += part.gone
+    # Every serving pod not on a doomed node should be routable: drained pods whose node lives on, and
+    # pods without the label (created before the chart had it, which the Service would otherwise skip).
     stale = [
-        pod for pod in kube.list_items(pods_path(namespace), label_selector=f"{drain.pods},{ROUTABLE_LABEL}=false")
-        if (pod.get("spec") or {}).get("nodeName") in nodes and (pod.get("spec") or {}).get("nodeName") not in doomed_nodes
+        pod for pod in kube.list_items(pods_path(namespace), label_selector=drain.pods)
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL) != "true"
+        and (pod.get("spec") or {}).get("nodeName") not in doomed_nodes
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
     ]
     restored = set_routing(kube, namespace=namespace, drain=drain, node="(not doomed)", routable=True, only=stale)
     return drained, restored

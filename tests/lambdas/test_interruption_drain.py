@@ -203,3 +203,22 @@ def test_settings_read_drain_on(env: dict[str, str], monkeypatch: pytest.MonkeyP
     assert Settings.from_env(os.environ).drain_on == {}
     drain_env(monkeypatch, ["scheduled_change"])
     assert Settings.from_env(os.environ).drain_on["gen3-g6e-spot"].pods == SELECTOR
+
+
+def test_reconcile_adopts_serving_pods_without_the_label(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods created before the chart labelled them (an upgrade) would be skipped by the Service: the
+    reconciler labels them routable, except on a doomed node, where they are drained."""
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-old", node="ip-10-0-2-2.ec2.internal", labels=SERVER)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-old-doomed", node="ip-10-0-1-1.ec2.internal", labels=SERVER)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-pending", node="", labels=SERVER)
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routing["restored_pods"] == ["gen3-g6e-old", "gen3-g6e-old-doomed", "gen3-g6e-pending"]
+    handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert routable(kubernetes)["gen3-g6e-old-doomed"] == "false"
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    assert not [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routable(kubernetes)["gen3-g6e-old-doomed"] == "false" and routable(kubernetes)["gen3-g6e-old"] == "true"
