@@ -30,6 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 FUNCTION_SOURCE = ROOT / "lambdas"
 LAYER_DIR = ROOT / "build" / "lambda-layer"
 KUBERNETES_GROUP = "gennstack:warm-spare-scalers"
+# A second group for drain routing: list nodes, list and label serving pods (see lambdas/.../drain.py).
+DRAIN_GROUP = "gennstack:serving-drainers"
+ROUTABLE_LABEL = "gennstack.io/routable"
+# config's drain_on signal names -> the handler's Signal values (lambdas/interruption_handler/events.py)
+DRAIN_SIGNALS = {"rebalance": "rebalance_recommendation", "warning": "spot_interruption_warning", "scheduled_change": "scheduled_change"}
 
 # The handler's own rules on the default bus (never Karpenter's queue: Karpenter deletes what
 # it reads). Detail-types spelled exactly as AWS emits them; tests/test_interruption_handler_stack.py
@@ -65,6 +70,118 @@ def warm_spares(config: GenNStackConfig, *, namespace: str, baselines: dict[str,
         }
         for name in config.generations.enabled()
     }
+
+
+def drain_on(config: GenNStackConfig) -> dict[str, dict[str, Any]]:
+    """``DRAIN_ON``: each enabled generation's spot NodePool -> the signals that drain it and its serving pods' selector."""
+    from constructs.node_pools import POOL_NAMES
+
+    configured = config.interruptions.drain_on
+    return {
+        POOL_NAMES[name]: {
+            "signals": [DRAIN_SIGNALS[signal] for signal in getattr(configured, name)],
+            # the serving chart's selectorLabels of the generation's server pods
+            "pods": f"app.kubernetes.io/name={POOL_NAMES[name]},app.kubernetes.io/component=server",
+        }
+        for name in config.generations.enabled()
+        if getattr(configured, name)
+    }
+
+
+def drain_rbac_manifests(*, namespace: str) -> list[dict[str, Any]]:
+    """List nodes (read-only), list and patch pods in the serving namespace; the policy allows one label only.
+
+    RBAC cannot limit a patch to a field, so a ValidatingAdmissionPolicy bound to the serving
+    namespace denies any pod update by this group that changes more than ``gennstack.io/routable``
+    or sets it to anything but "true" or "false".
+    """
+    name = "gennstack-serving-drainer"
+    labels = "has(object.metadata.labels) ? object.metadata.labels : {}"
+    old_labels = "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
+    same = " && ".join(
+        f"(has(object.metadata.{f}) ? object.metadata.{f} : {empty}) == (has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {empty})"
+        for f, empty in (("annotations", "{}"), ("finalizers", "[]"), ("ownerReferences", "[]"))
+    )
+    subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{name}-node-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{name}-node-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{name}-node-reader"},
+            "subjects": [subject],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [subject],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": f"{namespace}-routing-label-only"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}
+                    ]
+                },
+                "matchConditions": [
+                    {
+                        "name": "serving-drainers",
+                        "expression": f"has(request.userInfo.groups) && '{DRAIN_GROUP}' in request.userInfo.groups",
+                    }
+                ],
+                "variables": [
+                    {"name": "newLabels", "expression": labels},
+                    {"name": "oldLabels", "expression": old_labels},
+                ],
+                "validations": [
+                    {
+                        "expression": f"object.spec == oldObject.spec && {same}",
+                        "message": f"{DRAIN_GROUP} may change only the {ROUTABLE_LABEL} label of a pod",
+                    },
+                    {
+                        "expression": (
+                            f"variables.newLabels.all(k, k == '{ROUTABLE_LABEL}' || (k in variables.oldLabels && "
+                            f"variables.oldLabels[k] == variables.newLabels[k])) && variables.oldLabels.all(k, "
+                            f"k == '{ROUTABLE_LABEL}' || k in variables.newLabels)"
+                        ),
+                        "message": f"{DRAIN_GROUP} may change only the {ROUTABLE_LABEL} label of a pod",
+                    },
+                    {
+                        "expression": f"'{ROUTABLE_LABEL}' in variables.newLabels && variables.newLabels['{ROUTABLE_LABEL}'] in ['true', 'false']",
+                        "message": f"{ROUTABLE_LABEL} may only be set to \"true\" or \"false\"",
+                    },
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": f"{namespace}-routing-label-only"},
+            "spec": {
+                "policyName": f"{namespace}-routing-label-only",
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
+            },
+        },
+    ]
 
 
 def rbac_manifests(*, namespace: str, deployments: list[str]) -> list[dict[str, Any]]:
@@ -118,6 +235,7 @@ class InterruptionHandler(Construct):
         super().__init__(scope, construct_id)
         settings = config.interruptions
         spares = warm_spares(config, namespace=namespace, baselines=baselines)
+        drains = drain_on(config)
 
         self.table = dynamodb.TableV2(
             self,
@@ -212,6 +330,7 @@ class InterruptionHandler(Construct):
                 "CLUSTER_CA": cluster.cluster_certificate_authority_data,
                 "TABLE_NAME": self.table.table_name,
                 "WARM_SPARES": json.dumps(spares, sort_keys=True),
+                "DRAIN_ON": json.dumps(drains, sort_keys=True),
                 "RECORD_TTL_SECONDS": str(settings.record_ttl_seconds),
                 "REPLACEMENT_GRACE_SECONDS": str(settings.replacement_grace_seconds),
                 "POWERTOOLS_SERVICE_NAME": "interruption-handler",
@@ -272,13 +391,11 @@ class InterruptionHandler(Construct):
             access_policies=[],
         )
         cfn_entry = self.access_entry.node.default_child
-        cfn_entry.add_property_override("KubernetesGroups", [KUBERNETES_GROUP])
-        self.rbac = eks.KubernetesManifest(
-            self,
-            "Rbac",
-            cluster=cluster,
-            manifest=rbac_manifests(namespace=namespace, deployments=[s["deployment"] for s in spares.values()]),
-        )
+        cfn_entry.add_property_override("KubernetesGroups", [KUBERNETES_GROUP, *([DRAIN_GROUP] if drains else [])])
+        manifest = rbac_manifests(namespace=namespace, deployments=[s["deployment"] for s in spares.values()])
+        if drains:
+            manifest += drain_rbac_manifests(namespace=namespace)
+        self.rbac = eks.KubernetesManifest(self, "Rbac", cluster=cluster, manifest=manifest)
         self._acknowledge()
 
     def _acknowledge(self) -> None:

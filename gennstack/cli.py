@@ -22,6 +22,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "gateway": "gennstack.gateway.cli",
     "preflight": "gennstack.preflight.cli",
     "cost": "gennstack.cost.cli",
+    "drill": "gennstack.drill.cli",
 }
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from gennstack.config_base import GENERATION_NAMES, ConfigError, FieldError, StrictModel, frozen
 from gennstack.instances import INSTANCE_TYPES, family
+from gennstack.drill.config import DrillsConfig
 from gennstack.gateway.config import GatewayConfig
 from gennstack.observability.config import MonitoringConfig
 from gennstack.serving.config import ServingConfig
@@ -327,6 +328,30 @@ class ClusterConfig(StrictModel):
         return self
 
 
+DrainSignal = Literal["rebalance", "warning", "scheduled_change"]
+
+
+class DrainOn(StrictModel):
+    """Per generation, the interruption signals on which the handler drains a node's serving pods."""
+
+    # gen1-inf2's Service belongs to KubeRay, which owns its selector (see docs/spot-drills.md).
+    inf2: tuple[DrainSignal, ...] = ()
+    trn2: tuple[DrainSignal, ...] = ("warning",)
+    g6e: tuple[DrainSignal, ...] = ("rebalance", "warning")
+
+    @model_validator(mode="after")
+    def _supported(self) -> DrainOn:
+        if self.inf2:
+            raise FieldError(
+                "inf2", list(self.inf2), "[] (KubeRay owns gen1-inf2-serve-svc and its selector, so a drain label cannot take a Ray worker out of it)"
+            )
+        for name in ("trn2", "g6e"):
+            signals = getattr(self, name)
+            if len(set(signals)) != len(signals):
+                raise FieldError(name, list(signals), "each signal at most once")
+        return self
+
+
 class InterruptionConfig(StrictModel):
     """The spot-interruption handler that pre-warms replacement capacity (lambdas/interruption_handler)."""
 
@@ -347,6 +372,10 @@ class InterruptionConfig(StrictModel):
     # Lambda keeps 100 executions unreserved, so reserving any fails in an account whose
     # concurrency quota is 100 or less (new accounts start at 10); opt in where the quota allows.
     reserved_concurrency: Annotated[int, Field(ge=0, le=100)] = 0
+    # Which signals take a node's serving pods out of load balancing (docs/spot-drills.md). Draining
+    # on a rebalance recommendation trades capacity for safety: it may never become an interruption
+    # (routing comes back when the record expires, record_ttl_seconds later, if the node lives).
+    drain_on: DrainOn = DrainOn()
 
 
 class GenNStackConfig(StrictModel):
@@ -369,6 +398,8 @@ class GenNStackConfig(StrictModel):
     # Prometheus, Alertmanager, Grafana: sizing, alert thresholds, prices (gennstack.observability.config;
     # docs/observability.md).
     monitoring: MonitoringConfig = MonitoringConfig()
+    # AWS FIS spot-interruption drills (gennstack.drill.config; docs/spot-drills.md).
+    drills: DrillsConfig = DrillsConfig()
 
     @field_validator("account")
     @classmethod

@@ -9,6 +9,7 @@ from aws_cdk import Aspects, CfnOutput, Fn, Stack, Tags
 from constructs import Construct  # the library; the repo's constructs/ folder merges into it
 from constructs.access_logs import AccessLogBucket
 from constructs.cluster import Cluster
+from constructs.drills import SpotDrills
 from constructs.gateway import Gateway
 from constructs.interruption_handler import InterruptionHandler
 from constructs.karpenter import Karpenter
@@ -91,6 +92,11 @@ class GenNStack(Stack):
         )
         # Its Role lives in the serving namespace, which the serving chart creates.
         self.interruption_handler.rbac.node.add_dependency(self.serving.chart)
+        if config.drills.enabled:
+            self.drills = SpotDrills(
+                self, "SpotDrills", config=config,
+                stop_alarms=[self.interruption_handler.errors_alarm, self.interruption_handler.alarm],
+            )
         self.gateway = Gateway(self, "Gateway", cluster=self.cluster.cluster, config=config, gateway=config.gateway)
         # The NLB comes from the Load Balancer Controller; the routes point at the serving Services.
         self.gateway.node.add_dependency(self.load_balancer_controller, self.serving.chart)

@@ -155,10 +155,11 @@ def test_iam_is_least_privilege(synth: Synth) -> None:
 
 
 def test_cluster_access_is_one_group_bound_to_scale_the_warm_spares(synth: Synth) -> None:
+    """And, with drain routing on (the default for g6e and trn2), the drainers' group (tests/test_drain_routing.py)."""
     _, function = _function(synth)
     (entry,) = _resources(synth, "AWS::EKS::AccessEntry").values()
     assert entry["Properties"]["PrincipalArn"] == {"Fn::GetAtt": [function["Role"]["Fn::GetAtt"][0], "Arn"]}
-    assert entry["Properties"]["KubernetesGroups"] == [KUBERNETES_GROUP]
+    assert entry["Properties"]["KubernetesGroups"] == [KUBERNETES_GROUP, "gennstack:serving-drainers"]
     assert not entry["Properties"].get("AccessPolicies")
     manifests = rbac_manifests(namespace="gennstack-serving", deployments=["gen3-g6e-warm-spare", "gen1-inf2-warm-spare"])
     for manifest in manifests:

@@ -104,7 +104,7 @@ def size(document: Any) -> int:
 
 @pytest.fixture(scope="module")
 def longest(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    return synthesize(Path(tmp_path_factory.mktemp("cdk-longest")), {"cluster_name": LONGEST_CLUSTER_NAME})
+    return synthesize(Path(tmp_path_factory.mktemp("cdk-longest")), {"cluster_name": LONGEST_CLUSTER_NAME, "drills": {"enabled": True}})
 
 
 def test_every_managed_policy_fits(longest: Synth) -> None:

@@ -37,7 +37,7 @@ class Reason(StrEnum):
     DYNAMODB = "dynamodb_error"
     CREDENTIALS = "no_credentials"
     KUBE_UNAUTHORIZED = "kube_unauthorized"  # 401: token rejected (access entry, clock, cluster name)
-    KUBE_FORBIDDEN = "kube_forbidden"  # 403: RBAC does not allow get/patch deployments/scale
+    KUBE_FORBIDDEN = "kube_forbidden"  # 403: RBAC (or the drain policy) does not allow the call
     KUBE_NOT_FOUND = "kube_not_found"  # 404: the warm-spare Deployment does not exist
     KUBE_CONFLICT = "kube_conflict"  # 409 on every attempt: the scale kept changing under us
     KUBE_SERVER_ERROR = "kube_server_error"  # 429/5xx on every attempt

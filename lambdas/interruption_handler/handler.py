@@ -105,7 +105,14 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
         if result.outcome == "ignored":
             logger.info("instance is not ours", extra=fields)
             continue
-        logger.info(f"instance {result.outcome}" if result.instance_id else f"warm spare {result.outcome}", extra=fields)
+        subject = "instance" if result.instance_id else "serving pods" if result.outcome == "routing" else "warm spare"
+        logger.info(f"{subject} {result.outcome}", extra=fields)
+        if result.drain_latency_ms is not None and result.generation:
+            _metric("DrainLatency", MetricUnit.Milliseconds, result.drain_latency_ms, namespace, generation=result.generation)
+        if result.drained_pods and result.generation:
+            _metric("DrainedPods", MetricUnit.Count, len(result.drained_pods), namespace, generation=result.generation)
+        if result.restored_pods and result.generation:
+            _metric("RestoredPods", MetricUnit.Count, len(result.restored_pods), namespace, generation=result.generation)
         if result.outcome == "recorded" and result.generation:
             _metric("Interruptions", MetricUnit.Count, 1, namespace, generation=result.generation, signal=result.signal or "")
             if result.prewarm_latency_ms is not None:

@@ -42,6 +42,7 @@ from typing import Any
 from boto3.dynamodb.conditions import Attr
 from botocore.exceptions import BotoCoreError, ClientError
 
+from .drain import converge_pool, drain_instance
 from .errors import HandlerError, Ignored, Reason
 from .events import Interruption, Reconcile, Signal, StateChange
 from .kube import KubeClient
@@ -71,6 +72,11 @@ class Result:
     signal: str | None = None
     prewarm_latency_ms: float | None = None
     detail: str | None = None
+    # drain routing: the node, and the serving pods taken out of (or put back into) load balancing
+    node: str | None = None
+    drained_pods: list[str] | None = None
+    restored_pods: list[str] | None = None
+    drain_latency_ms: float | None = None
 
     def log_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -137,15 +143,27 @@ def handle_interruption(
             error.context.update(instance_id=instance_id, generation=spare.generation)
             report.failures.append(error)
             continue
-        report.results.append(
-            Result(
-                outcome="recorded" if new else "duplicate",
-                instance_id=instance_id,
-                nodepool=pool,
-                generation=spare.generation,
-                signal=interruption.signal.value,
-            )
+        result = Result(
+            outcome="recorded" if new else "duplicate",
+            instance_id=instance_id,
+            nodepool=pool,
+            generation=spare.generation,
+            signal=interruption.signal.value,
         )
+        report.results.append(result)
+        drain = settings.drain_on.get(pool)
+        # Routing first: it is what users feel within seconds. A duplicate record still drains (a
+        # warning after a rebalance that did not drain; a redelivery is a no-op: labels are absolute).
+        if drain is not None and interruption.signal.value in drain.signals:
+            try:
+                node, routing = drain_instance(kube, pool=pool, namespace=spare.namespace, drain=drain, instance_id=instance_id)
+            except HandlerError as error:
+                error.context.update(instance_id=instance_id, generation=spare.generation, namespace=spare.namespace)
+                report.failures.append(error)
+            else:
+                result.node = node
+                result.drained_pods = routing.changed
+                result.drain_latency_ms = round(max(0.0, clock() - interruption.event_time.timestamp()) * 1000, 1)
         touched[spare.generation] = spare
     # Scale after recording every instance, once per generation (a Health event may name several).
     for generation, spare in touched.items():
@@ -386,6 +404,8 @@ def reconcile(
                     )
     except HandlerError as error:
         report.failures.append(error)  # still converge: the counts are right without the marks
+    if settings.drain_on:
+        report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock()))
     for generation, spare in sorted(settings.generations.items()):
         try:
             outcome = converge(kube, table, spare, settings=settings, clock=clock)
@@ -403,6 +423,39 @@ def reconcile(
             )
         )
     return report
+
+
+def records_or_none(report: Report, table: Any) -> list[dict[str, Any]] | None:
+    """The records for the drain pass; None (skip it) when they cannot be read (already reported)."""
+    try:
+        return load_records(table)
+    except HandlerError as error:
+        report.failures.append(error)
+        return None
+
+
+def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, Any]] | None, *, settings: Settings,
+                     now: float) -> list[Result]:
+    """Per draining NodePool: drain the nodes of active records whose signals drain it, restore the rest."""
+    if records is None or not settings.drain_on:
+        return []
+    results = []
+    for pool, drain in sorted(settings.drain_on.items()):
+        spare = settings.warm_spares[pool]
+        doomed = {
+            str(r["instance_id"]) for r in records
+            if r.get("nodepool") == pool and is_active(r, now=now, settings=settings) and set(r.get("signals") or ()) & drain.signals
+        }
+        try:
+            drained, restored = converge_pool(kube, pool=pool, namespace=spare.namespace, drain=drain, doomed_instances=doomed)
+        except HandlerError as error:
+            error.context.update(nodepool=pool, generation=spare.generation, namespace=spare.namespace)
+            report.failures.append(error)
+            continue
+        if drained.changed or restored.changed:
+            results.append(Result("routing", nodepool=pool, generation=spare.generation,
+                                  drained_pods=drained.changed, restored_pods=restored.changed))
+    return results
 
 
 def _code(exc: ClientError) -> str:

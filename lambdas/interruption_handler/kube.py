@@ -1,4 +1,5 @@
-"""The two Kubernetes calls the handler makes: get and patch a Deployment's ``scale`` subresource.
+"""The Kubernetes calls the handler makes: get and patch a Deployment's ``scale`` subresource; list
+nodes and pods and set one label on a pod (drain routing, see ``drain.py``).
 
 Standard library only: ``http.client`` over TLS verified against the cluster CA, a timeout on every
 call, a fresh EKS token per request. Transient failures (429, 5xx, timeouts, dropped connections) are
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import HandlerError, Reason
 
@@ -77,6 +78,25 @@ class KubeClient:
         """Set ``spec.replicas``; the ``resourceVersion`` makes it conditional (409 when the scale moved)."""
         body = {"metadata": {"resourceVersion": resource_version}, "spec": {"replicas": replicas}}
         return _scale(self._call("PATCH", self.scale_path(namespace, deployment), body), namespace, deployment)
+
+    def list_items(self, path: str, *, label_selector: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        """``GET`` a collection (``/api/v1/nodes``, ``/api/v1/namespaces/<ns>/pods``) filtered by selectors."""
+        query = {"labelSelector": label_selector}
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        body = self._call("GET", f"{path}?{urlencode(query)}", None)
+        items = body.get("items") if isinstance(body, dict) else None
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a list (no items)", method="GET", path=path)
+        return items
+
+    @staticmethod
+    def pod_path(namespace: str, name: str) -> str:
+        return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+
+    def patch_pod_labels(self, namespace: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        """Merge-patch ``metadata.labels`` of one pod (other labels untouched)."""
+        return self._call("PATCH", self.pod_path(namespace, name), {"metadata": {"labels": labels}})
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         if not self._time_left(self._timeout):

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
@@ -60,6 +60,8 @@ class Settings:
     replacement_grace_seconds: int = DEFAULT_REPLACEMENT_GRACE_SECONDS
     kube_timeout_seconds: float = DEFAULT_KUBE_TIMEOUT_SECONDS
     metrics_namespace: str = "GenNStack"
+    # NodePool -> the signals (``events.Signal`` values) that drain its nodes' serving pods.
+    drain_on: Mapping[str, Drain] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def generations(self) -> dict[str, WarmSpare]:
@@ -71,19 +73,21 @@ class Settings:
         cluster_name = _required(env, "CLUSTER_NAME")
         if not _CLUSTER_NAME.match(cluster_name):
             raise ConfigError(f"CLUSTER_NAME={cluster_name!r} is not an EKS cluster name")
+        warm_spares = parse_warm_spares(_required(env, "WARM_SPARES"))
         return cls(
             cluster_name=cluster_name,
             cluster_endpoint=_endpoint(_required(env, "CLUSTER_ENDPOINT")),
             cluster_ca_pem=_ca_pem(_required(env, "CLUSTER_CA")),
             table_name=_required(env, "TABLE_NAME"),
             region=_required(env, "AWS_REGION"),
-            warm_spares=MappingProxyType(parse_warm_spares(_required(env, "WARM_SPARES"))),
+            warm_spares=MappingProxyType(warm_spares),
             record_ttl_seconds=_int(env, "RECORD_TTL_SECONDS", DEFAULT_RECORD_TTL_SECONDS, minimum=60),
             replacement_grace_seconds=_int(
                 env, "REPLACEMENT_GRACE_SECONDS", DEFAULT_REPLACEMENT_GRACE_SECONDS, minimum=0
             ),
             kube_timeout_seconds=_float(env, "KUBE_TIMEOUT_SECONDS", DEFAULT_KUBE_TIMEOUT_SECONDS),
             metrics_namespace=_required(env, "POWERTOOLS_METRICS_NAMESPACE"),
+            drain_on=MappingProxyType(parse_drain_on(env.get("DRAIN_ON", "").strip() or "{}", warm_spares)),
         )
 
 
@@ -135,6 +139,47 @@ def parse_warm_spares(raw: str) -> dict[str, WarmSpare]:
                 f"{owner!r} and {spare.generation!r}"
             )
     return spares
+
+
+DRAIN_SIGNALS = frozenset({"rebalance_recommendation", "spot_interruption_warning", "scheduled_change"})
+# A label selector of equality terms: key=value[,key=value...] with Kubernetes label keys and values.
+_SELECTOR = re.compile(r"^[A-Za-z0-9./_-]+=[A-Za-z0-9._-]{0,63}(,[A-Za-z0-9./_-]+=[A-Za-z0-9._-]{0,63})*$")
+
+
+@dataclass(frozen=True)
+class Drain:
+    """When a NodePool's node is doomed, which of its pods leave load balancing, on which signals."""
+
+    signals: frozenset[str]
+    pods: str  # label selector of the generation's serving pods
+
+
+def parse_drain_on(raw: str, warm_spares: Mapping[str, WarmSpare]) -> dict[str, Drain]:
+    """Parse ``DRAIN_ON``: ``{"<nodepool>": {"signals": ["rebalance_recommendation", ...], "pods": "<selector>"}}``.
+
+    ``{}`` (or unset) drains nothing. Each NodePool must have a ``WARM_SPARES`` entry (its serving
+    namespace comes from it).
+    """
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"DRAIN_ON is not JSON ({exc.msg} at {exc.pos})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError("DRAIN_ON must be a JSON object keyed by NodePool name")
+    drain: dict[str, Drain] = {}
+    for pool, entry in data.items():
+        where = f"DRAIN_ON[{pool!r}]"
+        if pool not in warm_spares:
+            raise ConfigError(f"{where}: no WARM_SPARES entry for that NodePool")
+        if not isinstance(entry, dict) or set(entry) != {"signals", "pods"}:
+            raise ConfigError(f"{where} must be an object with exactly the keys ['pods', 'signals']")
+        signals = entry["signals"]
+        if not isinstance(signals, list) or any(s not in DRAIN_SIGNALS for s in signals):
+            raise ConfigError(f"{where}.signals={signals!r}: must be a list of {sorted(DRAIN_SIGNALS)}")
+        if not isinstance(entry["pods"], str) or not _SELECTOR.match(entry["pods"]):
+            raise ConfigError(f"{where}.pods={entry['pods']!r}: must be a label selector such as 'app=x,role=server'")
+        drain[pool] = Drain(frozenset(signals), entry["pods"])
+    return drain
 
 
 def _required(env: Mapping[str, str], key: str) -> str:

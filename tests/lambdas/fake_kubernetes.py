@@ -1,4 +1,6 @@
-"""A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale.
+"""A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale, and for
+listing nodes and pods (equality label selectors, the ``spec.nodeName`` field selector) and
+merge-patching a pod's labels.
 
 It authenticates like EKS would (a ``k8s-aws-v1.`` token whose presigned STS URL is correctly signed
 for this cluster, else 401), keeps each Deployment's replicas and resourceVersion, honours the
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from tests.lambdas.sigv4 import BadSignature, verify_presigned_url
 from tests.local_https import LocalHttpsServer, Seen, read_request, send
@@ -40,6 +42,8 @@ class FakeKubernetes:
     certfile: str
     keyfile: str
     deployments: dict[tuple[str, str], Deployment] = field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> Node
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (namespace, name) -> Pod
     requests: list[Seen] = field(default_factory=list)
     faults: deque[Fault] = field(default_factory=deque)
     hang_seconds: float = 1.0
@@ -57,6 +61,20 @@ class FakeKubernetes:
     # -- views for the tests
     def patches(self) -> list[Seen]:
         return [r for r in self.requests if r.method == "PATCH"]
+
+    def add_node(self, name: str, *, pool: str, instance_id: str, zone: str = "us-east-1a") -> None:
+        self.nodes[name] = {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool}},
+                            "spec": {"providerID": f"aws:///{zone}/{instance_id}"}}
+
+    def add_pod(self, namespace: str, name: str, *, node: str, labels: dict[str, str]) -> None:
+        self.pods[(namespace, name)] = {"metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+                                        "spec": {"nodeName": node}}
+
+    def pod_labels(self, namespace: str, name: str) -> dict[str, str]:
+        return self.pods[(namespace, name)]["metadata"]["labels"]
+
+    def pod_patches(self) -> list[Seen]:
+        return [r for r in self.requests if r.method == "PATCH" and "/pods/" in r.path]
 
     def replicas(self, namespace: str, name: str) -> int:
         return self.deployments[(namespace, name)].replicas
@@ -84,7 +102,11 @@ class FakeKubernetes:
         if not self._authenticated(seen):
             self._send(h, seen, 401, _status(401, "Unauthorized"))
             return
-        key = _deployment_key(urlsplit(h.path).path)
+        url = urlsplit(h.path)
+        if url.path == "/api/v1/nodes" or url.path.startswith("/api/v1/namespaces/"):
+            self._core(h, seen, url.path, parse_qs(url.query))
+            return
+        key = _deployment_key(url.path)
         if key is None or key not in self.deployments:
             self._send(h, seen, 404, _status(404, f"{h.path} not found"))
             return
@@ -108,6 +130,34 @@ class FakeKubernetes:
             payload = _scale(key, deployment)
         self._send(h, seen, 200, json.dumps(payload).encode())
 
+    def _core(self, h: BaseHTTPRequestHandler, seen: Seen, path: str, query: dict[str, list[str]]) -> None:
+        parts = path.split("/")
+        with self._lock:
+            if h.command == "GET" and path == "/api/v1/nodes":
+                items = [n for n in self.nodes.values() if _matches(n, query)]
+            elif h.command == "GET" and len(parts) == 6 and parts[5] == "pods":
+                items = [p for (ns, _), p in self.pods.items() if ns == parts[4] and _matches(p, query)]
+            elif h.command == "PATCH" and len(parts) == 7 and parts[5] == "pods":
+                pod = self.pods.get((parts[4], parts[6]))
+                if pod is None:
+                    self._send(h, seen, 404, _status(404, f"pods {parts[6]!r} not found"))
+                    return
+                if seen.headers.get("content-type") != "application/merge-patch+json":
+                    self._send(h, seen, 415, _status(415, "unsupported media type"))
+                    return
+                for key, value in (seen.body.get("metadata") or {}).get("labels", {}).items():
+                    if value is None:
+                        pod["metadata"]["labels"].pop(key, None)
+                    else:
+                        pod["metadata"]["labels"][key] = value
+                self._send(h, seen, 200, json.dumps(pod).encode())
+                return
+            else:
+                self._send(h, seen, 404, _status(404, f"{h.command} {path} not found"))
+                return
+            body = {"kind": "List", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}
+        self._send(h, seen, 200, json.dumps(body).encode())
+
     def _authenticated(self, seen: Seen) -> bool:
         auth = seen.headers.get("authorization", "")
         prefix = "Bearer k8s-aws-v1."
@@ -129,6 +179,22 @@ class FakeKubernetes:
 
     def _send(self, h: BaseHTTPRequestHandler, seen: Seen, status: int, body: bytes, content_type: str = "application/json") -> None:
         send(h, seen, status, body, content_type)
+
+
+def _matches(obj: dict[str, Any], query: dict[str, list[str]]) -> bool:
+    """Equality label selectors and the ``spec.nodeName`` field selector, as the API server applies them."""
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, ",".join(query.get("labelSelector", [])).split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    for term in filter(None, ",".join(query.get("fieldSelector", [])).split(",")):
+        key, _, value = term.partition("=")
+        if key != "spec.nodeName":
+            raise AssertionError(f"the fake supports only the spec.nodeName field selector, got {term!r}")
+        if obj.get("spec", {}).get("nodeName") != value:
+            return False
+    return True
 
 
 def _deployment_key(path: str) -> tuple[str, str] | None:

@@ -1,0 +1,339 @@
+"""``gennstack drill``: start a spot-interruption drill (AWS FIS), follow it, optionally under load.
+
+Finds the stack's experiment template for ``--generation`` and ``--nodes`` by its tags
+(``gennstack.drill.templates.template_tags``), starts it, polls ``GetExperiment`` and prints every
+state change with its time. Ctrl-C stops the experiment (``StopExperiment``) and waits for it to
+stop. With ``--bench-args``, ``gennstack bench`` runs against the gateway as a subprocess, started
+``--bench-lead`` seconds before the experiment so the result holds a baseline. One result folder
+holds ``drill-events.jsonl`` (one JSON object a line: drill start, experiment states, end) and the
+bench's own result in ``bench/``.
+
+Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
+or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gennstack.config import ConfigError, GenNStackConfig
+from gennstack.config_base import GENERATION_NAMES
+from gennstack.drill.templates import template_tags
+
+TERMINAL = frozenset({"completed", "stopped", "failed", "cancelled"})
+EVENTS_FILE = "drill-events.jsonl"
+# The IAM actions the command uses (StartExperiment with tags also needs fis:TagResource).
+ACTIONS = ("fis:ListExperimentTemplates", "fis:StartExperiment", "fis:TagResource", "fis:GetExperiment", "fis:StopExperiment")
+_ACTION = {
+    "ListExperimentTemplates": "fis:ListExperimentTemplates",
+    "StartExperiment": "fis:StartExperiment",
+    "GetExperiment": "fis:GetExperiment",
+    "StopExperiment": "fis:StopExperiment",
+}
+_THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException"})
+_DENIED = frozenset({"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"})
+_BAD_CREDENTIALS = frozenset({"ExpiredTokenException", "ExpiredToken", "UnrecognizedClientException", "InvalidClientTokenId"})
+# After a stop request, how long to wait for FIS to report "stopped" before giving up waiting.
+STOP_WAIT_SECONDS = 120.0
+
+
+class DrillError(Exception):
+    """A failure with a message for the operator; the command prints it and exits 1."""
+
+
+def client_config(max_attempts: int = 5) -> Config:
+    return Config(retries={"mode": "standard", "total_max_attempts": max_attempts}, user_agent_extra="gennstack-drill")
+
+
+def explain(exc: ClientError | BotoCoreError) -> str:
+    """One line: which call failed, why, and what to do."""
+    if isinstance(exc, BotoCoreError):
+        return f"AWS call failed: {type(exc).__name__}: {exc} (check your profile, credentials and network)"
+    error = exc.response.get("Error", {})
+    code, message = str(error.get("Code", "")), str(error.get("Message", ""))
+    action = _ACTION.get(exc.operation_name, exc.operation_name)
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if code in _THROTTLED or status == 429:
+        retries = exc.response.get("ResponseMetadata", {}).get("RetryAttempts")
+        after = f" after {retries + 1} attempts" if isinstance(retries, int) else ""
+        return f"throttled: {action} answered {code or 'HTTP 429'}{after}; run the drill again in a minute"
+    if code in _DENIED:
+        return f"permission denied: {action} ({code}: {message}); the drill needs {', '.join(ACTIONS)}"
+    if code in _BAD_CREDENTIALS:
+        return f"credentials rejected by {action} ({code}: {message}); refresh them (aws sso login) and run again"
+    return f"{action} failed: {code}: {message}"
+
+
+@dataclass
+class EventLog:
+    """Drill events, printed with their UTC time and appended to ``drill-events.jsonl``."""
+
+    path: Path
+    out: TextIO
+    now: Callable[[], datetime]
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, event: str, text: str, **fields: Any) -> dict[str, Any]:
+        stamp = self.now().astimezone(timezone.utc)
+        record = {"time": stamp.isoformat().replace("+00:00", "Z"), "event": event, **fields}
+        self.events.append(record)
+        with self.path.open("a", encoding="utf-8") as file:
+            file.write(json.dumps(record, sort_keys=True) + "\n")
+        print(f"{stamp:%H:%M:%S}Z  {text}", file=self.out, flush=True)
+        return record
+
+
+def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, region: str | None) -> str:
+    wanted = template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes)
+    matches = []
+    for page in fis.get_paginator("list_experiment_templates").paginate():
+        for summary in page.get("experimentTemplates", []):
+            tags = summary.get("tags") or {}
+            if all(tags.get(key) == value for key, value in wanted.items()):
+                matches.append(summary["id"])
+    if not matches:
+        labels = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        raise DrillError(
+            f"no FIS experiment template tagged {labels} in region {region or '(default)'}: drills are off "
+            f"(drills.enabled: false), --nodes is above drills.max_nodes, or the stack is not deployed "
+            f"there; set drills.enabled: true in your config and deploy"
+        )
+    if len(matches) > 1:
+        raise DrillError(f"{len(matches)} FIS experiment templates carry the same drill tags ({', '.join(sorted(matches))}); delete the strays")
+    return matches[0]
+
+
+def _state(experiment: dict[str, Any]) -> tuple[str, str, str]:
+    state = experiment.get("state") or {}
+    error = state.get("error") or {}
+    code = error.get("code", "")
+    return str(state.get("status", "")), str(state.get("reason", "")), str(code)
+
+
+class BenchProcess:
+    """``gennstack bench`` as a subprocess writing into ``output_dir``."""
+
+    def __init__(self, bench_args: Sequence[str], output_dir: Path) -> None:
+        self.argv = [sys.executable, "-m", "gennstack.cli", "bench", *bench_args, "--output-dir", str(output_dir)]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.argv)
+
+    def wait(self) -> int:
+        assert self.process is not None
+        return self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def drill(
+    fis: Any,
+    *,
+    config: GenNStackConfig,
+    generation: str,
+    nodes: int,
+    region: str | None,
+    log: EventLog,
+    poll_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    bench: BenchProcess | None = None,
+    bench_lead_seconds: float = 0.0,
+) -> int:
+    """Run one drill; returns the exit code. Raises :class:`DrillError` with the operator's message."""
+    try:
+        template_id = find_template(fis, cluster_name=config.cluster_name, generation=generation, nodes=nodes, region=region)
+    except (ClientError, BotoCoreError) as exc:
+        raise DrillError(explain(exc)) from exc
+    log.add("drill_start", f"drill: {nodes} {generation} spot node(s), template {template_id}",
+            template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region)
+    experiment_id: str | None = None
+    try:
+        if bench is not None:
+            bench.start()
+            log.add("bench_start", f"bench started: {shlex.join(bench.argv[3:])}", argv=bench.argv[3:])
+            sleep(bench_lead_seconds)
+        try:
+            started = fis.start_experiment(
+                clientToken=str(uuid.uuid4()),
+                experimentTemplateId=template_id,
+                tags={"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": generation},
+            )["experiment"]
+        except (ClientError, BotoCoreError) as exc:
+            raise DrillError(explain(exc)) from exc
+        experiment_id = started["id"]
+        status, reason, code = _state(started)
+        log.add("experiment_started", f"experiment {experiment_id}: {status}", experiment_id=experiment_id, status=status, reason=reason)
+        status = _follow(fis, experiment_id, log, poll_seconds=poll_seconds, sleep=sleep, last=(status, reason, code))
+    except KeyboardInterrupt:
+        try:
+            if experiment_id is not None:
+                _stop(fis, experiment_id, log, sleep=sleep, monotonic=monotonic, poll_seconds=poll_seconds)
+        finally:
+            if bench is not None:
+                bench.stop()
+                log.add("bench_end", "bench stopped", exit_code=None)
+        log.add("drill_end", "drill interrupted (Ctrl-C)", outcome="interrupted")
+        return 130
+    except DrillError:
+        if bench is not None:
+            bench.stop()
+            log.add("bench_end", "bench stopped", exit_code=None)
+        raise
+    bench_code = 0
+    if bench is not None:
+        bench_code = bench.wait()
+        log.add("bench_end", f"bench exited {bench_code}", exit_code=bench_code)
+    log.add("drill_end", f"drill {status}", outcome=status)
+    if status != "completed":
+        return 1
+    return 0 if bench_code == 0 else 1
+
+
+def _follow(fis: Any, experiment_id: str, log: EventLog, *, poll_seconds: float, sleep: Callable[[float], None],
+            last: tuple[str, str, str]) -> str:
+    status, reason, code = last
+    while status not in TERMINAL:
+        sleep(poll_seconds)
+        try:
+            experiment = fis.get_experiment(id=experiment_id)["experiment"]
+        except (ClientError, BotoCoreError) as exc:
+            raise DrillError(f"{explain(exc)}; experiment {experiment_id} may still be running: "
+                             f"aws fis stop-experiment --id {experiment_id}") from exc
+        current = _state(experiment)
+        if current != (status, reason, code):
+            status, reason, code = current
+            detail = f" ({reason})" if reason else ""
+            log.add("experiment_state", f"experiment {experiment_id}: {status}{detail}",
+                    experiment_id=experiment_id, status=status, reason=reason, error_code=code or None)
+    if status == "failed":
+        raise DrillError(f"experiment {experiment_id} failed: {reason or 'no reason given'}" + (f" [{code}]" if code else ""))
+    if status in ("stopped", "cancelled"):
+        raise DrillError(f"experiment {experiment_id} {status}: {reason or 'no reason given'} "
+                         "(a stop condition alarm, or someone stopped it)")
+    return status
+
+
+def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float], None],
+          monotonic: Callable[[], float], poll_seconds: float) -> None:
+    log.add("stop_requested", f"Ctrl-C: stopping experiment {experiment_id}", experiment_id=experiment_id)
+    try:
+        fis.stop_experiment(id=experiment_id)
+    except (ClientError, BotoCoreError) as exc:
+        raise DrillError(f"{explain(exc)}; stop it yourself: aws fis stop-experiment --id {experiment_id}") from exc
+    deadline = monotonic() + STOP_WAIT_SECONDS
+    while monotonic() < deadline:
+        try:
+            experiment = fis.get_experiment(id=experiment_id)["experiment"]
+        except (ClientError, BotoCoreError) as exc:
+            raise DrillError(f"{explain(exc)}; the stop was requested: check experiment {experiment_id} in the FIS console") from exc
+        status, reason, _ = _state(experiment)
+        if status in TERMINAL:
+            log.add("experiment_state", f"experiment {experiment_id}: {status}", experiment_id=experiment_id, status=status, reason=reason)
+            return
+        sleep(poll_seconds)
+    raise DrillError(f"experiment {experiment_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; check it in the FIS console")
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    make_session: Callable[..., Any] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    make_bench: Callable[[Sequence[str], Path], BenchProcess] = BenchProcess,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    from gennstack.preflight.cli import read_config, resolve_region
+
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        config = read_config(Path(args.cdk_json), args.config)
+    except ConfigError as exc:
+        print(f"gennstack drill: {exc}", file=err)
+        return 2
+    if args.generation not in config.generations.enabled():
+        print(f"gennstack drill: --generation {args.generation}: not enabled in the config (enabled: {list(config.generations.enabled())})", file=err)
+        return 2
+    if not 1 <= args.nodes <= config.drills.max_nodes:
+        print(f"gennstack drill: --nodes {args.nodes}: allowed 1 to drills.max_nodes ({config.drills.max_nodes})", file=err)
+        return 2
+    try:
+        bench_args = shlex.split(args.bench_args) if args.bench_args else None
+    except ValueError as exc:
+        print(f"gennstack drill: --bench-args {args.bench_args!r}: {exc}", file=err)
+        return 2
+    if bench_args and "--output-dir" in bench_args:
+        print("gennstack drill: --bench-args must not hold --output-dir: the bench writes into the drill's folder", file=err)
+        return 2
+    output = Path(args.output_dir or Path("drill-results") / f"{now():%Y%m%dT%H%M%SZ}-{args.generation}-{args.nodes}")
+    output.mkdir(parents=True, exist_ok=True)
+    log = EventLog(output / EVENTS_FILE, out, now)
+    if make_session is None:
+        import boto3
+
+        make_session = boto3.Session
+    try:
+        session = make_session(profile_name=args.profile) if args.profile else make_session()
+        region, _ = resolve_region(args.region, config, session.region_name)
+        fis = session.client("fis", region_name=region, config=client_config())
+    except BotoCoreError as exc:
+        print(f"gennstack drill: {explain(exc)}", file=err)
+        return 1
+    bench = make_bench(bench_args, output / "bench") if bench_args else None
+    try:
+        code = drill(fis, config=config, generation=args.generation, nodes=args.nodes, region=region, log=log,
+                     poll_seconds=args.poll_seconds, sleep=sleep, monotonic=monotonic, bench=bench,
+                     bench_lead_seconds=args.bench_lead)
+    except DrillError as exc:
+        log.add("drill_end", f"drill failed: {exc}", outcome="error", error=str(exc))
+        print(f"gennstack drill: {exc}", file=err)
+        return 1
+    print(f"results: {output}", file=out)
+    return code
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "drill",
+        help="interrupt spot nodes on purpose with AWS FIS (drills.enabled), optionally under gennstack bench load",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--generation", required=True, choices=GENERATION_NAMES, help="whose spot NodePool to interrupt")
+    parser.add_argument("--nodes", type=int, default=1, help="how many running spot nodes (1 to drills.max_nodes; default: %(default)s)")
+    parser.add_argument("--bench-args", metavar="ARGS",
+                        help="run `gennstack bench ARGS` meanwhile, e.g. --bench-args=\"--base-url https://GATEWAY/v1 --model gennstack-default "
+                             "--concurrency 32 --duration 600\" (write it with '=': ARGS starts with '-')")
+    parser.add_argument("--bench-lead", type=float, default=60.0, metavar="SECONDS",
+                        help="start the bench this long before the experiment, for a baseline (default: %(default)s)")
+    parser.add_argument("--poll-seconds", type=float, default=5.0, help="GetExperiment interval (default: %(default)s)")
+    parser.add_argument("--output-dir", help="result folder (default: drill-results/<UTC time>-<generation>-<nodes>)")
+    parser.add_argument("--config", metavar="PATH", help="config file deep-merged over cdk.json, as `-c config=PATH`")
+    parser.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help="cdk.json to read (default: %(default)s)")
+    parser.add_argument("--region", help="region (default: the config's region, else your profile's)")
+    parser.add_argument("--profile", help="AWS profile to use (default: the environment's credentials)")
+    parser.set_defaults(func=run)

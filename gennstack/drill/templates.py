@@ -1,0 +1,114 @@
+"""What the stack's AWS FIS spot-interruption experiment templates hold, as plain data.
+
+``constructs/drills.py`` turns these into ``AWS::FIS::ExperimentTemplate`` resources and IAM roles;
+``gennstack drill`` finds a template again by :func:`template_tags`. Nothing here calls AWS.
+
+Relies on (AWS FIS user guide, actions reference, ``aws:ec2:send-spot-instance-interruptions``): the
+action's target key is ``SpotInstances`` of resource type ``aws:ec2:spot-instance``; its one parameter
+``durationBeforeInterruption`` (ISO 8601, 2 to 15 minutes) is the time until EC2 reclaims the
+instance; EC2 sends the interruption warning two minutes before that, and a rebalance recommendation
+at the start when the duration is longer than two minutes. And (aws/karpenter-provider-aws v1.14.1,
+``pkg/utils/utils.go`` ``GetTags``): Karpenter tags every instance it launches with
+``karpenter.sh/nodepool=<NodePool>`` and ``eks:eks-cluster-name=<cluster>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ACTION_ID = "aws:ec2:send-spot-instance-interruptions"
+RESOURCE_TYPE = "aws:ec2:spot-instance"
+TARGET_KEY = "SpotInstances"
+NODEPOOL_TAG = "karpenter.sh/nodepool"
+CLUSTER_TAG = "eks:eks-cluster-name"
+
+# Tags on each template: how `gennstack drill` finds the one for a cluster, generation and count.
+DRILL_TAG = "gennstack.io/drill"
+DRILL_KIND = "spot-interruption"
+CLUSTER_NAME_TAG = "gennstack.io/cluster"
+GENERATION_TAG = "gennstack.io/generation"
+NODES_TAG = "gennstack.io/nodes"
+
+
+def template_tags(*, cluster_name: str, generation: str, nodes: int) -> dict[str, str]:
+    return {
+        DRILL_TAG: DRILL_KIND,
+        CLUSTER_NAME_TAG: cluster_name,
+        GENERATION_TAG: generation,
+        NODES_TAG: str(nodes),
+    }
+
+
+def target_tags(*, cluster_name: str, pool: str) -> dict[str, str]:
+    """The tags that pick one generation's spot NodePool nodes of this cluster (and nothing else)."""
+    return {NODEPOOL_TAG: pool, CLUSTER_TAG: cluster_name}
+
+
+def experiment_template(
+    *,
+    cluster_name: str,
+    generation: str,
+    pool: str,
+    nodes: int,
+    minutes_before_interruption: int,
+    role_arn: str,
+    stop_alarm_arns: list[str],
+) -> dict[str, Any]:
+    """``AWS::FIS::ExperimentTemplate`` properties: interrupt ``nodes`` running spot nodes of ``pool``.
+
+    FIS fixes a target's selection mode in the template (StartExperiment takes no target override),
+    so each node count is its own template. ``EmptyTargetResolutionMode: fail``: a drill with no spot
+    node to interrupt fails with a reason instead of "completing" having done nothing.
+    """
+    target = f"{pool}-spot-nodes"
+    return {
+        "Description": (
+            f"GenNStack drill: spot interruption of {nodes} {generation} node(s) of NodePool {pool} "
+            f"({minutes_before_interruption} min to reclaim)"
+        ),
+        "RoleArn": role_arn,
+        "Targets": {
+            target: {
+                "ResourceType": RESOURCE_TYPE,
+                "ResourceTags": target_tags(cluster_name=cluster_name, pool=pool),
+                "Filters": [{"Path": "State.Name", "Values": ["running"]}],
+                "SelectionMode": f"COUNT({nodes})",
+            }
+        },
+        "Actions": {
+            "interrupt": {
+                "ActionId": ACTION_ID,
+                "Description": "rebalance recommendation now (above 2 minutes), warning 2 minutes before the reclaim",
+                "Parameters": {"durationBeforeInterruption": f"PT{minutes_before_interruption}M"},
+                "Targets": {TARGET_KEY: target},
+            }
+        },
+        "StopConditions": [{"Source": "aws:cloudwatch:alarm", "Value": arn} for arn in stop_alarm_arns],
+        "ExperimentOptions": {"AccountTargeting": "single-account", "EmptyTargetResolutionMode": "fail"},
+        "Tags": template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes),
+    }
+
+
+def role_statements(*, cluster_name: str, pool: str, partition: str, region: str, account: str) -> list[dict[str, Any]]:
+    """The FIS role's permissions: interrupt only instances tagged as this cluster's ``pool``.
+
+    ``ec2:DescribeInstances`` (FIS resolves the target's tags with it) has no resource-level
+    permissions; it is read-only and limited to the stack's region.
+    """
+    conditions = {f"ec2:ResourceTag/{key}": value for key, value in target_tags(cluster_name=cluster_name, pool=pool).items()}
+    return [
+        {
+            "Sid": "InterruptThisPoolsSpotNodes",
+            "Effect": "Allow",
+            "Action": "ec2:SendSpotInstanceInterruptions",
+            "Resource": f"arn:{partition}:ec2:{region}:{account}:instance/*",
+            "Condition": {"StringEquals": conditions},
+        },
+        {
+            "Sid": "ResolveTargets",
+            "Effect": "Allow",
+            "Action": "ec2:DescribeInstances",
+            "Resource": "*",
+            "Condition": {"StringEquals": {"aws:RequestedRegion": region}},
+        },
+    ]

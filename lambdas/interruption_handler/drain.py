@@ -1,0 +1,129 @@
+"""Drain routing: take a doomed node's serving pods out of load balancing; bring them back if it lives.
+
+Mechanism: the serving chart's Services select ``gennstack.io/routable: "true"`` besides the pods'
+app labels, and its Deployments' selectors do not include that label. Setting it to ``"false"`` on a
+pod takes the pod out of its Service's EndpointSlices (and out of the headless Service's DNS answer)
+while the pod keeps running and its ReplicaSet keeps owning it: streams in flight go on, new
+requests go to the other replicas once the gateway's Envoy re-resolves the Service (see
+docs/spot-drills.md for how long that takes). The pod stays Ready, so PodDisruptionBudgets and the
+Deployment's rollout see no change.
+
+Which node: Karpenter (aws/karpenter-provider-aws v1.14.1, ``pkg/cloudprovider/cloudprovider.go``)
+gives every node it launches ``spec.providerID = aws:///<zone>/<instance-id>`` and the label
+``karpenter.sh/nodepool``; the handler lists that NodePool's nodes and matches the instance id.
+
+Identity: the handler's access entry maps to a group that may list nodes (read-only), list pods and
+patch pods in the serving namespace; a ValidatingAdmissionPolicy (``constructs/interruption_handler.py``)
+limits its pod patches to this one label, ``"true"`` or ``"false"``.
+
+Converging: the reconciler drains every node of an active record whose signals drain its NodePool
+(pods that arrived after the first drain included) and sets ``"true"`` on every other serving pod
+that is not so: drained pods whose node has no such record any more (a rebalance recommendation that
+never became an interruption gives its capacity back when its record expires, ``RECORD_TTL_SECONDS``)
+and pods without the label (created before the chart had it; the Service would skip them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import HandlerError, Reason
+from .kube import KubeClient
+from .settings import Drain
+
+ROUTABLE_LABEL = "gennstack.io/routable"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+NODES_PATH = "/api/v1/nodes"
+
+
+@dataclass
+class Routing:
+    """What one call changed: pods set to ``value``, pods already so, pods gone meanwhile."""
+
+    value: str
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+
+
+def pods_path(namespace: str) -> str:
+    return KubeClient.pod_path(namespace, "x").rsplit("/", 1)[0]
+
+
+def instance_of(node: dict[str, Any]) -> str | None:
+    provider_id = (node.get("spec") or {}).get("providerID") or ""
+    if not provider_id.startswith("aws:///"):
+        return None
+    return provider_id.rsplit("/", 1)[-1] or None
+
+
+def pool_nodes(kube: KubeClient, pool: str) -> dict[str, str]:
+    """``{node name: instance id}`` of the NodePool's registered nodes."""
+    nodes = kube.list_items(NODES_PATH, label_selector=f"{NODEPOOL_LABEL}={pool}")
+    found = {}
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name")
+        instance = instance_of(node)
+        if isinstance(name, str) and instance:
+            found[name] = instance
+    return found
+
+
+def set_routing(kube: KubeClient, *, namespace: str, drain: Drain, node: str, routable: bool,
+                only: Iterable[dict[str, Any]] | None = None) -> Routing:
+    """Set ``gennstack.io/routable`` on the serving pods of ``node`` (or on ``only``); idempotent."""
+    value = "true" if routable else "false"
+    pods = list(only) if only is not None else kube.list_items(
+        pods_path(namespace), label_selector=drain.pods, field_selector=f"spec.nodeName={node}"
+    )
+    result = Routing(value)
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        name = metadata.get("name")
+        if not isinstance(name, str):
+            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "a pod without metadata.name", namespace=namespace, node=node)
+        if (metadata.get("labels") or {}).get(ROUTABLE_LABEL) == value:
+            result.unchanged.append(name)
+            continue
+        try:
+            kube.patch_pod_labels(namespace, name, {ROUTABLE_LABEL: value})
+        except HandlerError as error:
+            if error.reason is Reason.KUBE_NOT_FOUND:  # deleted between the list and the patch
+                result.gone.append(name)
+                continue
+            error.context.update(pod=name, node=node)
+            raise
+        result.changed.append(name)
+    return result
+
+
+def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, instance_id: str) -> tuple[str | None, Routing]:
+    """Take the serving pods on ``instance_id``'s node out of load balancing. ``(None, empty)``: no node."""
+    node = next((name for name, instance in pool_nodes(kube, pool).items() if instance == instance_id), None)
+    if node is None:
+        return None, Routing("false")
+    return node, set_routing(kube, namespace=namespace, drain=drain, node=node, routable=False)
+
+
+def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str]) -> tuple[Routing, Routing]:
+    """Drain every node of ``doomed_instances``; restore drained pods on any other node. (drained, restored)."""
+    nodes = pool_nodes(kube, pool)
+    doomed_nodes = {name for name, instance in nodes.items() if instance in doomed_instances}
+    drained = Routing("false")
+    for node in sorted(doomed_nodes):
+        part = set_routing(kube, namespace=namespace, drain=drain, node=node, routable=False)
+        drained.changed += part.changed
+        drained.unchanged += part.unchanged
+        drained.gone += part.gone
+    # Every serving pod not on a doomed node should be routable: drained pods whose node lives on, and
+    # pods without the label (created before the chart had it, which the Service would otherwise skip).
+    stale = [
+        pod for pod in kube.list_items(pods_path(namespace), label_selector=drain.pods)
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL) != "true"
+        and (pod.get("spec") or {}).get("nodeName") not in doomed_nodes
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    restored = set_routing(kube, namespace=namespace, drain=drain, node="(not doomed)", routable=True, only=stale)
+    return drained, restored

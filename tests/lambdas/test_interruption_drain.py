@@ -1,0 +1,224 @@
+"""Drain routing end to end: the handler takes a doomed node's serving pods out of load balancing.
+
+Real-shaped events, moto for EC2 and DynamoDB, the local Kubernetes API (tests/lambdas/fake_kubernetes.py)
+holding nodes shaped as Karpenter registers them (``spec.providerID = aws:///<zone>/<instance-id>``,
+aws/karpenter-provider-aws v1.14.1 ``pkg/cloudprovider/cloudprovider.go``) and serving pods labelled
+as the serving chart labels them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from lambdas.interruption_handler.errors import InvocationFailed
+from lambdas.interruption_handler.settings import ConfigError, Settings, parse_drain_on, parse_warm_spares
+from tests.lambdas.fake_kubernetes import FakeKubernetes
+from tests.lambdas.lambda_support import NAMESPACE, WARM_SPARES, LambdaContext, load_event
+
+Launch = Callable[..., str]
+SERVER = {"app.kubernetes.io/name": "gen3-g6e", "app.kubernetes.io/component": "server"}
+SELECTOR = "app.kubernetes.io/name=gen3-g6e,app.kubernetes.io/component=server"
+ROUTABLE = "gennstack.io/routable"
+
+
+def drain_env(monkeypatch: pytest.MonkeyPatch, signals: list[str]) -> None:
+    monkeypatch.setenv("DRAIN_ON", json.dumps({"gen3-g6e-spot": {"signals": signals, "pods": SELECTOR}}))
+
+
+@pytest.fixture
+def doomed(launch: Launch, kubernetes: FakeKubernetes) -> str:
+    """A g6e spot node with two serving pods, a warm-spare pod; another node with one serving pod."""
+    instance_id = launch("gen3-g6e-spot", instance_type="g6e.xlarge")
+    kubernetes.add_node("ip-10-0-1-1.ec2.internal", pool="gen3-g6e-spot", instance_id=instance_id)
+    kubernetes.add_node("ip-10-0-2-2.ec2.internal", pool="gen3-g6e-spot", instance_id="i-0bbbbbbbbbbbbbbbb")
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-a", node="ip-10-0-1-1.ec2.internal", labels={**SERVER, ROUTABLE: "true", "pod-template-hash": "5c4b"})
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-b", node="ip-10-0-1-1.ec2.internal", labels={**SERVER, ROUTABLE: "true"})
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-warm-spare-x", node="ip-10-0-1-1.ec2.internal",
+                       labels={"app.kubernetes.io/name": "gen3-g6e", "app.kubernetes.io/component": "warm-spare"})
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node="ip-10-0-2-2.ec2.internal", labels={**SERVER, ROUTABLE: "true"})
+    return instance_id
+
+
+def routable(kubernetes: FakeKubernetes) -> dict[str, str | None]:
+    return {name: pod["metadata"]["labels"].get(ROUTABLE) for (_, name), pod in sorted(kubernetes.pods.items())}
+
+
+def test_warning_drains_exactly_the_doomed_nodes_serving_pods(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    [entry] = result["results"]
+    assert entry["node"] == "ip-10-0-1-1.ec2.internal"
+    assert entry["drained_pods"] == ["gen3-g6e-a", "gen3-g6e-b"]
+    assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-b": "false", "gen3-g6e-c": "true", "gen3-g6e-warm-spare-x": None}
+    # exactly one field per pod: a merge patch of that one label, nothing else
+    patches = kubernetes.pod_patches()
+    assert [p.path for p in patches] == [f"/api/v1/namespaces/{NAMESPACE}/pods/gen3-g6e-a", f"/api/v1/namespaces/{NAMESPACE}/pods/gen3-g6e-b"]
+    assert all(p.body == {"metadata": {"labels": {ROUTABLE: "false"}}} for p in patches)
+    assert all(p.headers["content-type"] == "application/merge-patch+json" for p in patches)
+    assert kubernetes.pod_labels(NAMESPACE, "gen3-g6e-a")["pod-template-hash"] == "5c4b"
+    # the lists: nodes of the pool by label; pods of the generation's servers on that node
+    lists = [urlsplit(r.path) for r in kubernetes.requests if r.method == "GET" and r.path.startswith("/api/v1/")]
+    assert [(u.path, parse_qs(u.query)) for u in lists] == [
+        ("/api/v1/nodes", {"labelSelector": ["karpenter.sh/nodepool=gen3-g6e-spot"]}),
+        (f"/api/v1/namespaces/{NAMESPACE}/pods", {"labelSelector": [SELECTOR], "fieldSelector": ["spec.nodeName=ip-10-0-1-1.ec2.internal"]}),
+    ]
+    out = capsys.readouterr().out
+    assert '"DrainLatency"' in out and '"DrainedPods"' in out
+
+
+def test_redelivery_changes_nothing(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    event = load_event("spot_interruption_warning", instance_id=doomed)
+    handler.lambda_handler(event, lambda_context)
+    again = handler.lambda_handler(event, lambda_context)
+    assert again["results"][0]["outcome"] == "duplicate" and again["results"][0]["drained_pods"] == []
+    assert len(kubernetes.pod_patches()) == 2
+
+
+def test_a_signal_not_configured_does_not_drain_and_a_later_one_does(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    first = handler.lambda_handler(load_event("rebalance_recommendation", instance_id=doomed), lambda_context)
+    assert "drained_pods" not in first["results"][0] and kubernetes.pod_patches() == []
+    second = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    # the record is a duplicate (the rebalance wrote it), the drain still happens
+    assert second["results"][0]["outcome"] == "duplicate"
+    assert second["results"][0]["drained_pods"] == ["gen3-g6e-a", "gen3-g6e-b"]
+
+
+def test_rebalance_drains_when_configured(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drain_env(monkeypatch, ["rebalance_recommendation", "spot_interruption_warning"])
+    result = handler.lambda_handler(load_event("rebalance_recommendation", instance_id=doomed), lambda_context)
+    assert result["results"][0]["drained_pods"] == ["gen3-g6e-a", "gen3-g6e-b"]
+
+
+def test_no_drain_on_means_no_pod_calls(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes
+) -> None:
+    handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert not [r for r in kubernetes.requests if r.path.startswith("/api/v1/")]
+
+
+def test_node_without_serving_pods_or_not_registered(
+    handler: Any, lambda_context: LambdaContext, launch: Launch, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    empty = launch("gen3-g6e-spot", instance_type="g6e.xlarge")
+    kubernetes.add_node("ip-10-0-3-3.ec2.internal", pool="gen3-g6e-spot", instance_id=empty)
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=empty), lambda_context)
+    assert (result["results"][0]["node"], result["results"][0]["drained_pods"]) == ("ip-10-0-3-3.ec2.internal", [])
+    unregistered = launch("gen3-g6e-spot", instance_type="g6e.xlarge")
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=unregistered), lambda_context)
+    assert "node" not in result["results"][0] and result["results"][0]["drained_pods"] == []
+    assert kubernetes.pod_patches() == []
+
+
+def test_pod_deleted_between_list_and_patch_is_skipped(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+
+    def delete_a(fake: FakeKubernetes, seen: Any) -> None:
+        fake.pods.pop((NAMESPACE, "gen3-g6e-a"))
+
+    # faults are consumed one per request: nodes list, pods list, then the first patch deletes the pod first
+    kubernetes.faults.extend([lambda f, s: None, lambda f, s: None, delete_a])
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert result["results"][0]["drained_pods"] == ["gen3-g6e-b"]
+
+
+@pytest.mark.parametrize(("fault", "reason"), [(403, "kube_forbidden"), (401, "kube_unauthorized"), ("not-json", "kube_bad_response")])
+def test_api_errors_are_classified_and_retried_by_lambda(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+    fault: Any, reason: str,
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    kubernetes.faults.append(fault)  # the first request: the node list
+    with pytest.raises(InvocationFailed) as caught:
+        handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert caught.value.reasons == [reason]
+    [failure] = caught.value.failures
+    assert failure.context["instance_id"] == doomed and failure.context["namespace"] == NAMESPACE
+    # the warm spare still converged, and Lambda's retry drains
+    assert kubernetes.replicas(NAMESPACE, "g6e-warm-spare") == 2
+    retry = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert retry["results"][0]["drained_pods"] == ["gen3-g6e-a", "gen3-g6e-b"]
+
+
+def test_reconcile_redrains_and_restores_when_the_record_expires(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch, table: Any
+) -> None:
+    drain_env(monkeypatch, ["rebalance_recommendation"])
+    handler.lambda_handler(load_event("rebalance_recommendation", instance_id=doomed), lambda_context)
+    # a new serving pod lands on the doomed (not cordoned: only a rebalance) node after the drain
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-d", node="ip-10-0-1-1.ec2.internal", labels={**SERVER, ROUTABLE: "true"})
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert (routing["drained_pods"], routing.get("restored_pods")) == (["gen3-g6e-d"], [])
+    # the rebalance never became an interruption: once its record expires, routing comes back
+    table.update_item(Key={"pk": f"instance#{doomed}"}, UpdateExpression="SET expires_at = :e",
+                      ExpressionAttributeValues={":e": int(time.time()) - 1})
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routing["restored_pods"] == ["gen3-g6e-a", "gen3-g6e-b", "gen3-g6e-d"]
+    assert set(routable(kubernetes).values()) == {"true", None}
+    patches_before = len(kubernetes.pod_patches())
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    assert not [r for r in tick["results"] if r["outcome"] == "routing"] and len(kubernetes.pod_patches()) == patches_before
+
+
+def test_drain_on_settings_are_validated() -> None:
+    spares = parse_warm_spares(json.dumps(WARM_SPARES))
+    assert parse_drain_on("{}", spares) == {}
+    good = parse_drain_on(json.dumps({"gen3-g6e-spot": {"signals": ["spot_interruption_warning"], "pods": SELECTOR}}), spares)
+    assert good["gen3-g6e-spot"].signals == {"spot_interruption_warning"}
+    for raw, message in [
+        ("[", "DRAIN_ON is not JSON"),
+        ('{"nope": {"signals": [], "pods": "a=b"}}', "no WARM_SPARES entry"),
+        ('{"gen3-g6e-spot": {"signals": ["soon"], "pods": "a=b"}}', "signals=['soon']"),
+        ('{"gen3-g6e-spot": {"signals": [], "pods": "a in (b)"}}', "must be a label selector"),
+        ('{"gen3-g6e-spot": ["spot_interruption_warning"]}', "exactly the keys"),
+    ]:
+        with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+            parse_drain_on(raw, spares)
+
+
+def test_settings_read_drain_on(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    assert Settings.from_env(os.environ).drain_on == {}
+    drain_env(monkeypatch, ["scheduled_change"])
+    assert Settings.from_env(os.environ).drain_on["gen3-g6e-spot"].pods == SELECTOR
+
+
+def test_reconcile_adopts_serving_pods_without_the_label(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pods created before the chart labelled them (an upgrade) would be skipped by the Service: the
+    reconciler labels them routable, except on a doomed node, where they are drained."""
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-old", node="ip-10-0-2-2.ec2.internal", labels=SERVER)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-old-doomed", node="ip-10-0-1-1.ec2.internal", labels=SERVER)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-pending", node="", labels=SERVER)
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routing["restored_pods"] == ["gen3-g6e-old", "gen3-g6e-old-doomed", "gen3-g6e-pending"]
+    handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert routable(kubernetes)["gen3-g6e-old-doomed"] == "false"
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    assert not [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routable(kubernetes)["gen3-g6e-old-doomed"] == "false" and routable(kubernetes)["gen3-g6e-old"] == "true"
