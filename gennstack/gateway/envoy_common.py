@@ -36,7 +36,7 @@ import math
 from typing import Any
 
 from gennstack.gateway.config import MAX_ROUTES
-from gennstack.serving.config import Replicas
+from gennstack.serving.config import ServingReplicas
 
 
 def _upper_bound(annotated: Any) -> int:
@@ -48,10 +48,10 @@ def _upper_bound(annotated: Any) -> int:
     raise ValueError(f"{annotated} has no upper bound")
 
 
-# A backend (one model's Service) has at most as many hosts as its serving Deployment has replicas
+# A backend (one model's Service) has at most as many hosts as its serving Deployment has replicas (max_replicas)
 # (vLLM Services are headless: one host per pod; KubeRay's Serve Service is one host); the local
 # gateway accepts at most as many URLs per model.
-MAX_HOSTS_PER_BACKEND = _upper_bound(Replicas)
+MAX_HOSTS_PER_BACKEND = _upper_bound(ServingReplicas)
 # A priority level holds at most every model: the config allows MAX_ROUTES model names and aliases together.
 MAX_BACKENDS_PER_PRIORITY = MAX_ROUTES
 MAX_HOSTS_PER_PRIORITY = MAX_HOSTS_PER_BACKEND * MAX_BACKENDS_PER_PRIORITY

@@ -183,7 +183,7 @@ def test_cluster_and_local_gateway_share_the_settings(tmp_path) -> None:
 
 def test_the_factor_bound_follows_the_config_limits() -> None:
     """100 x the most hosts one priority can hold: MAX_ROUTES models (a 16th name is refused) of at
-    most MAX_HOSTS_PER_BACKEND replicas each (a serving Deployment of 101 is refused)."""
+    most MAX_HOSTS_PER_BACKEND replicas each (max_replicas 101 is refused)."""
     from pydantic import ValidationError
 
     from gennstack.serving.config import G6eServing
@@ -192,9 +192,9 @@ def test_the_factor_bound_follows_the_config_limits() -> None:
     with pytest.raises(ValidationError):
         GatewayConfig.model_validate(frozen({"models": {f"m{i}": {"generation": "g6e", "service": f"m{i}"}
                                                         for i in range(MAX_ROUTES + 1)}, "aliases": {}}))
-    G6eServing.model_validate({"replicas": MAX_HOSTS_PER_BACKEND})
-    with pytest.raises(ValidationError):
-        G6eServing.model_validate({"replicas": MAX_HOSTS_PER_BACKEND + 1})
+    G6eServing.model_validate({"min_replicas": MAX_HOSTS_PER_BACKEND, "max_replicas": MAX_HOSTS_PER_BACKEND})
+    with pytest.raises(ValidationError, match="max_replicas"):
+        G6eServing.model_validate({"max_replicas": MAX_HOSTS_PER_BACKEND + 1})
 
 
 def test_cluster_has_no_panic_mode_either(docs) -> None:
