@@ -107,3 +107,32 @@ def test_local_endpoints_are_resolved_once_at_start() -> None:
     assert cluster["type"] == "STATIC"
     addresses = [e["endpoint"]["address"]["socket_address"] for e in cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]]
     assert addresses == [{"address": "127.0.0.1", "port_value": 8001}, {"address": "127.0.0.1", "port_value": 8002}]
+
+
+def _bootstrap_json(gateway: GatewayConfig) -> str:
+    endpoints = {model: "http://127.0.0.1:9" for model in gateway.models}
+    return json.dumps(envoy_bootstrap(routing_table(gateway), endpoints, gateway, LocalSettings()))
+
+
+def test_fallback_on_is_read_only_in_the_cluster() -> None:
+    """docs/gateway.md lists it: the local gateway retries only connect failures, resets and
+    retry_on_status; in the cluster, fallback_on adds 429/400 to that rule's own BackendTrafficPolicy
+    (gennstack.gateway.values.fallback_statuses, rendered in test_gateway_fallback.py)."""
+    import re
+
+    from gennstack.gateway.values import fallback_statuses
+
+    gateway = GatewayConfig.model_validate(frozen({"fallback_on": {"gennstack-default": ["rate_limited", "context_length"]}}))
+    assert fallback_statuses(gateway, routing_table(gateway)) == {"gennstack-default": [400, 429]}
+    local = set(re.findall(r'"retriable_status_codes": \[([^\]]*)\]', _bootstrap_json(gateway)))
+    assert local == {"502, 503, 504"}
+
+
+def test_no_tls_traces_or_genai_metrics_locally() -> None:
+    """docs/gateway.md lists it: the local listener is plain HTTP on 127.0.0.1 (no transport socket),
+    with no tracing and no external processor (the AI Gateway's sidecar, which exports GenAI metrics
+    and Langfuse traces in the cluster), whatever the gateway section says about Langfuse."""
+    gateway = GatewayConfig.model_validate(frozen({"langfuse": {"enabled": True, "secret_name": "prod/langfuse"}}))
+    bootstrap = _bootstrap_json(gateway)
+    for absent in ("transport_socket", "tracing", "ext_proc", "opentelemetry"):
+        assert absent not in bootstrap, absent
