@@ -27,7 +27,8 @@ from gennstack.config import load_config
 from gennstack.preflight import aws as preflight_aws
 from gennstack.preflight import capacity, checks, zones
 from gennstack.preflight.checks import Context, run_preflight
-from gennstack.preflight.cli import read_config, resolve_region, run
+from gennstack.cli_config import read_config, resolve_region
+from gennstack.preflight.cli import run
 from gennstack.preflight.report import table
 from gennstack.preflight.results import FAIL, PASS, WARN, Result
 from tests.support import ROOT, Synth

@@ -89,7 +89,7 @@ def _table(args: argparse.Namespace, region: str, today: date) -> PriceTable:
 
 
 def _config(args: argparse.Namespace):
-    from gennstack.preflight.cli import read_config
+    from gennstack.cli_config import read_config
 
     return read_config(Path(args.cdk_json), getattr(args, "config", None))
 

@@ -267,7 +267,7 @@ def run(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    from gennstack.preflight.cli import read_config, resolve_region
+    from gennstack.cli_config import read_config, resolve_region
 
     out, err = stdout or sys.stdout, stderr or sys.stderr
     try:

@@ -9,7 +9,6 @@ else the config's ``region``, else your AWS profile's/environment's. Prints one 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -18,31 +17,12 @@ from typing import Any, TextIO
 
 from botocore.exceptions import BotoCoreError
 
-from gennstack.config import ConfigError, GenNStackConfig, load_config
+from gennstack.cli_config import read_config, resolve_region
+from gennstack.config import ConfigError
 from gennstack.preflight.aws import ClientFactory, session_clients
 from gennstack.preflight.checks import Context, run_preflight
 from gennstack.preflight.report import as_json, exit_code, table
 from gennstack.preflight.results import FAIL, Result
-
-
-def read_config(cdk_json: Path, config_file: str | None) -> GenNStackConfig:
-    """The config ``app.py`` builds: cdk.json's ``gennstack`` context plus the ``config`` file, if any."""
-    if not cdk_json.is_file():
-        raise ConfigError(f"config: {cdk_json} not found (run in the repository root, or pass --cdk-json PATH)")
-    try:
-        context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise ConfigError(f"config: {cdk_json} is not a cdk.json object: {exc}") from None
-    return load_config(context.get("gennstack"), config_file if config_file is not None else context.get("config"))
-
-
-def resolve_region(cli_region: str | None, config: GenNStackConfig, session_region: str | None) -> tuple[str | None, str]:
-    """--region wins, then the config's ``region`` (what the stack is pinned to), then the session's."""
-    if cli_region:
-        return cli_region, "--region"
-    if config.region:
-        return config.region, "config"
-    return session_region, "your AWS profile/environment"
 
 
 def _progress(stream: TextIO) -> Callable[[str], None]:
