@@ -46,8 +46,6 @@ SYSTEM_ROOT_VOLUME_GIB = 20
 # 2 + 0.5 (autoscaler) + 0.25 (Redis) = 2.75 vCPU and 8 + 0.5 + 1 = 9.5 GiB (the serving chart's
 # values), so a 4 vCPU / 16 GiB size; Karpenter picks the cheapest that fits, priced as m7i.xlarge.
 RAY_HEAD_INSTANCE_TYPE = "m7i.xlarge"
-# Secrets Manager secrets the stack creates: the Hugging Face token and the gateway API keys.
-SECRETS = 2
 # One customer-managed KMS key (models and compile cache buckets).
 KMS_KEYS = 1
 
@@ -147,6 +145,14 @@ def _fixed(name: str, quantity: float, price: Price, *, monthly: bool = False, n
     return LineItem(name, quantity, usd, usd, (price,), note)
 
 
+def secrets_created(config: GenNStackConfig) -> int:
+    """Secrets Manager secrets the stack creates (tests/cost compare it with the synthesized template):
+    the Hugging Face token; the gateway's API keys unless ``gateway.api_keys_secret_name`` names yours;
+    the rate-limit Redis password while ``gateway.rate_limit.enabled``."""
+    gateway = config.gateway
+    return 1 + (gateway.api_keys_secret_name is None) + gateway.rate_limit.enabled
+
+
 def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]:
     """The always-on items outside the generations (the README's cost table)."""
     system_type = config.cluster.system_node_instance_types[0]
@@ -154,6 +160,7 @@ def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]
     system_volume, volume_prices = gp3_month(table, SYSTEM_ROOT_VOLUME_GIB, 3000, 125)
     nodes = config.cluster.system_nodes_min
     endpoints = len(config.network.interface_endpoints) * config.network.az_count
+    secrets = secrets_created(config)
     items = [
         _fixed("EKS control plane (standard support)", 1, table.service("eks_cluster_per_hour")),
         LineItem(f"system nodes ({nodes} x {system_type}, on-demand, + {SYSTEM_ROOT_VOLUME_GIB} GiB gp3 each)", nodes,
@@ -165,7 +172,7 @@ def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]
                table.service("interface_endpoint_per_az_hour"), note="plus $/GB processed"),
         _fixed("gateway NLB", 1, table.service("nlb_per_hour"), note="plus NLCU-hours by traffic"),
         _fixed(f"KMS key ({KMS_KEYS})", KMS_KEYS, table.service("kms_key_per_month"), monthly=True, note="plus requests"),
-        _fixed(f"Secrets Manager secrets ({SECRETS})", SECRETS, table.service("secret_per_month"), monthly=True),
+        _fixed(f"Secrets Manager secrets ({secrets})", secrets, table.service("secret_per_month"), monthly=True),
     ]
     items.append(monitoring_volumes_item(config, table))
     return items
