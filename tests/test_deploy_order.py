@@ -117,3 +117,8 @@ def test_node_pools_are_created_after_and_deleted_before_karpenter(any_synth: Sy
     # The serving chart's pods go before the node pools they run on.
     serving = next(k for k, r in template["Resources"].items() if r["Type"] == HELM_CHART_TYPE and k.startswith("ServingChart"))
     assert all(depends_on(template, serving, manifest) for manifest in manifests)
+    # So do the monitoring charts' (the general pool by default; DaemonSets on every pool), and the
+    # EBS CSI driver outlives the nodes that mount its volumes.
+    monitoring = [k for k, r in template["Resources"].items() if r["Type"] == HELM_CHART_TYPE and k.startswith("Monitoring")]
+    assert len(monitoring) >= 4
+    assert [k for k in monitoring if not all(depends_on(template, k, manifest) for manifest in manifests)] == []

@@ -52,7 +52,7 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert "  Cost g6e: $1.61-$3.85/h, 2 x g6e.xlarge" in text.splitlines()
     assert ("  Cost trn2: not priced (no on-demand price for trn2.48xlarge in us-east-1; "
             "price it with `gennstack cost --price trn2.48xlarge=USD_PER_HOUR`)") in text.splitlines()
-    assert ("  Cost per hour: $7.79-$17.81 (spot (estimate: 60% off on-demand) to on-demand), always-on, us-east-1 "
+    assert ("  Cost per hour: $7.79-$17.82 (spot (estimate: 60% off on-demand) to on-demand), always-on, us-east-1 "
             "(no region in config) list prices as of 2026-07-06; details: gennstack cost") in text.splitlines()
     # The defaults leave nobody able to reach the cluster and the zones to Fn::GetAZs: both said.
     assert f"  WARNING: {NO_ADMIN}" in text

@@ -46,8 +46,8 @@ SYSTEM_ROOT_VOLUME_GIB = 20
 # 2 + 0.5 (autoscaler) + 0.25 (Redis) = 2.75 vCPU and 8 + 0.5 + 1 = 9.5 GiB (the serving chart's
 # values), so a 4 vCPU / 16 GiB size; Karpenter picks the cheapest that fits, priced as m7i.xlarge.
 RAY_HEAD_INSTANCE_TYPE = "m7i.xlarge"
-# One customer-managed KMS key (models and compile cache buckets).
-KMS_KEYS = 1
+# Customer-managed KMS keys: the models and compile cache buckets', and the EKS secrets envelope key.
+KMS_KEYS = 2
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]
         _fixed(f"interface endpoints ({len(config.network.interface_endpoints)} x {config.network.az_count} AZs)", endpoints,
                table.service("interface_endpoint_per_az_hour"), note="plus $/GB processed"),
         _fixed("gateway NLB", 1, table.service("nlb_per_hour"), note="plus NLCU-hours by traffic"),
-        _fixed(f"KMS key ({KMS_KEYS})", KMS_KEYS, table.service("kms_key_per_month"), monthly=True, note="plus requests"),
+        _fixed(f"KMS keys ({KMS_KEYS})", KMS_KEYS, table.service("kms_key_per_month"), monthly=True, note="plus requests"),
         _fixed(f"Secrets Manager secrets ({secrets})", secrets, table.service("secret_per_month"), monthly=True),
     ]
     items.append(monitoring_volumes_item(config, table))
@@ -249,8 +249,12 @@ def hourly_cost(config: GenNStackConfig, table: PriceTable) -> Breakdown:
         if gen.capacity_reservation_ids:
             breakdown.notes.append(f"{name}: capacity reservations ({', '.join(gen.capacity_reservation_ids)}) bill at their own "
                                    "rate whether used or not; not included")
-    breakdown.notes.append("not included: traffic (NAT and endpoint $/GB, NLCUs, data transfer), S3 storage and requests, "
-                           "flow logs, CloudWatch, Lambda and DynamoDB requests, staging and compile Jobs while they run")
+    monitoring_node = ("the on-demand general-pool node(s) the monitoring pods run on (Karpenter sizes them to the pods' "
+                       "requests; monitoring.placement: system puts them on the system nodes instead), "
+                       if config.monitoring.placement == "on-demand" else "")
+    breakdown.notes.append("not included: " + monitoring_node + "traffic (NAT and endpoint $/GB, NLCUs, data transfer), "
+                           "S3 storage and requests, flow logs, CloudWatch (and YACE's GetMetricData calls), Lambda and "
+                           "DynamoDB requests, staging and compile Jobs while they run")
     return breakdown
 
 

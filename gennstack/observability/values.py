@@ -16,6 +16,11 @@ from gennstack.observability.config import MonitoringConfig
 
 # The StorageClass the EBS CSI driver chart creates and every monitoring volume claims.
 STORAGE_CLASS = "gennstack-gp3"
+# The StatefulSets' volume claims go with them (helm uninstall on cdk destroy): without this the
+# chart's default ({}) keeps them, and 100 + 5 GiB of gp3 stay billed after the cluster is gone.
+# Scaling down keeps them. The operator passes it to the StatefulSet (Prometheus Operator v0.93.0
+# persistentVolumeClaimRetentionPolicy; kube-prometheus-stack 88.3.0 values.yaml lines 1004 and 4223).
+PVC_RETENTION = {"whenDeleted": "Delete", "whenScaled": "Retain"}
 EBS_CSI_NAMESPACE = "kube-system"
 EBS_CSI_CONTROLLER_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 YACE_SERVICE_ACCOUNT = "gennstack-cloudwatch-exporter"
@@ -74,6 +79,7 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
         "retention": f"{config.retention_days}d",
         "retentionSize": f"{config.retention_size_bytes()}B",
         "storageSpec": {"volumeClaimTemplate": _claim(config.prometheus_storage_gib)},
+        "persistentVolumeClaimRetentionPolicy": PVC_RETENTION,
         # Every ServiceMonitor, PodMonitor and PrometheusRule in the cluster, not only the chart's
         # own (release label): GenNStack's, Karpenter's and the DCGM exporter's.
         "serviceMonitorSelectorNilUsesHelmValues": False,
@@ -93,6 +99,7 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
         "alertmanager": {"alertmanagerSpec": {
             **where,
             "storage": {"volumeClaimTemplate": _claim(config.alertmanager_storage_gib)},
+            "persistentVolumeClaimRetentionPolicy": PVC_RETENTION,
         }},
         "grafana": {
             **where,

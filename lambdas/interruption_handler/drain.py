@@ -25,7 +25,7 @@ and pods without the label (created before the chart had it; the Service would s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,8 +107,12 @@ def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain,
     return node, set_routing(kube, namespace=namespace, drain=drain, node=node, routable=False)
 
 
-def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str]) -> tuple[Routing, Routing]:
-    """Drain every node of ``doomed_instances``; restore drained pods on any other node. (drained, restored)."""
+def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str],
+                  recheck: Callable[[], set[str]] | None = None) -> tuple[Routing, Routing]:
+    """Drain every node of ``doomed_instances``; restore drained pods on any other node. (drained, restored).
+
+    ``recheck`` returns the doomed instances again, read just before restoring: pods on a node doomed
+    since ``doomed_instances`` was read stay drained."""
     nodes = pool_nodes(kube, pool)
     doomed_nodes = {name for name, instance in nodes.items() if instance in doomed_instances}
     drained = Routing("false")
@@ -125,5 +129,8 @@ def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, 
         and (pod.get("spec") or {}).get("nodeName") not in doomed_nodes
         and not (pod.get("metadata") or {}).get("deletionTimestamp")
     ]
+    if stale and recheck is not None:
+        newly = {name for name, instance in nodes.items() if instance in recheck()} - doomed_nodes
+        stale = [pod for pod in stale if (pod.get("spec") or {}).get("nodeName") not in newly]
     restored = set_routing(kube, namespace=namespace, drain=drain, node="(not doomed)", routable=True, only=stale)
     return drained, restored

@@ -405,7 +405,8 @@ def reconcile(
     except HandlerError as error:
         report.failures.append(error)  # still converge: the counts are right without the marks
     if settings.drain_on:
-        report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock()))
+        report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock(),
+                                               reload=lambda: load_records(table)))
     for generation, spare in sorted(settings.generations.items()):
         try:
             outcome = converge(kube, table, spare, settings=settings, clock=clock)
@@ -434,20 +435,35 @@ def records_or_none(report: Report, table: Any) -> list[dict[str, Any]] | None:
         return None
 
 
+def _doomed(records: list[dict[str, Any]], *, pool: str, signals: set[str] | frozenset[str], now: float,
+            settings: Settings) -> set[str]:
+    """Instances of ``pool`` with an active record of a signal that drains it."""
+    return {
+        str(r["instance_id"]) for r in records
+        if r.get("nodepool") == pool and is_active(r, now=now, settings=settings) and set(r.get("signals") or ()) & signals
+    }
+
+
 def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, Any]] | None, *, settings: Settings,
-                     now: float) -> list[Result]:
-    """Per draining NodePool: drain the nodes of active records whose signals drain it, restore the rest."""
+                     now: float, reload: Callable[[], list[dict[str, Any]]]) -> list[Result]:
+    """Per draining NodePool: drain the nodes of active records whose signals drain it, restore the rest.
+
+    ``reload`` reads the records again just before pods are restored: an interruption handled
+    between the first read and the pod listing has drained its node, and restoring those pods would
+    route new requests to it again until the next reconcile."""
     if records is None or not settings.drain_on:
         return []
     results = []
     for pool, drain in sorted(settings.drain_on.items()):
         spare = settings.warm_spares[pool]
-        doomed = {
-            str(r["instance_id"]) for r in records
-            if r.get("nodepool") == pool and is_active(r, now=now, settings=settings) and set(r.get("signals") or ()) & drain.signals
-        }
+        doomed = _doomed(records, pool=pool, signals=drain.signals, now=now, settings=settings)
+
+        def recheck(pool: str = pool, signals: frozenset[str] | set[str] = drain.signals) -> set[str]:
+            return _doomed(reload(), pool=pool, signals=signals, now=now, settings=settings)
+
         try:
-            drained, restored = converge_pool(kube, pool=pool, namespace=spare.namespace, drain=drain, doomed_instances=doomed)
+            drained, restored = converge_pool(kube, pool=pool, namespace=spare.namespace, drain=drain, doomed_instances=doomed,
+                                              recheck=recheck)
         except HandlerError as error:
             error.context.update(nodepool=pool, generation=spare.generation, namespace=spare.namespace)
             report.failures.append(error)

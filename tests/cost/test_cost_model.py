@@ -23,7 +23,7 @@ def item(breakdown, group: str, prefix: str):
 
 def test_platform_items_of_the_default_config() -> None:
     """EKS 0.10; 2 x m7i.large 0.1008 + 20 GiB gp3 (20 x 0.08 / 730 = 0.0021918) each = 0.2059836;
-    NAT 1 x 0.045; endpoints 6 x 3 AZs x 0.01 = 0.18; NLB 0.0225; KMS 1/730; 3 secrets (token, API keys, Redis password) x 0.40/730;
+    NAT 1 x 0.045; endpoints 6 x 3 AZs x 0.01 = 0.18; NLB 0.0225; KMS 2 x 1/730; 3 secrets (token, API keys, Redis password) x 0.40/730;
     monitoring volumes (100 + 5 + 10) GiB gp3 x 0.08 / 730 = 0.0126027."""
     b = hourly_cost(config(), TABLE)
     assert item(b, "platform", "EKS").on_demand_usd_per_hour == pytest.approx(0.10)
@@ -31,10 +31,10 @@ def test_platform_items_of_the_default_config() -> None:
     assert item(b, "platform", "NAT gateways (1)").on_demand_usd_per_hour == pytest.approx(0.045)
     assert item(b, "platform", "interface endpoints (6 x 3 AZs)").on_demand_usd_per_hour == pytest.approx(0.18)
     assert item(b, "platform", "gateway NLB").on_demand_usd_per_hour == pytest.approx(0.0225)
-    assert item(b, "platform", "KMS").on_demand_usd_per_hour == pytest.approx(1 / 730)
+    assert item(b, "platform", "KMS").on_demand_usd_per_hour == pytest.approx(2 / 730)
     assert item(b, "platform", "Secrets").on_demand_usd_per_hour == pytest.approx(1.2 / 730)
     assert item(b, "platform", "monitoring volumes").on_demand_usd_per_hour == pytest.approx(115 * 0.08 / 730)
-    assert b.total("platform") == pytest.approx((0.5691000, 0.5691000), abs=1e-6)
+    assert b.total("platform") == pytest.approx((0.5704699, 0.5704699), abs=1e-6)
 
 
 def test_generations_of_the_default_config() -> None:
@@ -156,9 +156,11 @@ def test_ceiling_is_the_costliest_fill_of_the_nodepool_limits() -> None:
                for n in hourly_cost(config(), TABLE).notes)
 
 
-def test_secrets_counted_are_the_secrets_the_stack_creates(synth, synth_variant) -> None:
-    """The count the cost model prices equals the AWS::SecretsManager::Secret resources of both synths."""
-    from gennstack.cost.model import secrets_created
+def test_secrets_and_keys_counted_are_what_the_stack_creates(synth, synth_variant) -> None:
+    """The counts the cost model prices equal the AWS::SecretsManager::Secret and AWS::KMS::Key
+    resources of both synths."""
+    from gennstack.cost.model import KMS_KEYS, secrets_created
 
     for built in (synth, synth_variant):
         assert secrets_created(built.config) == len(built.resources("AWS::SecretsManager::Secret"))
+        assert KMS_KEYS == len(built.resources("AWS::KMS::Key"))

@@ -222,3 +222,27 @@ def test_reconcile_adopts_serving_pods_without_the_label(
     tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
     assert not [r for r in tick["results"] if r["outcome"] == "routing"]
     assert routable(kubernetes)["gen3-g6e-old-doomed"] == "false" and routable(kubernetes)["gen3-g6e-old"] == "true"
+
+
+def test_reconcile_does_not_restore_a_drain_made_after_it_read_the_records(
+    handler: Any, lambda_context: LambdaContext, doomed: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warning handled between the reconcile's read of the records and its pod listing: the pods on
+    that node are already drained, and the reconcile, reading the records again before it restores
+    anything, leaves them drained (restoring them would route new requests to a node about to go)."""
+    from lambdas.interruption_handler import interruptions
+
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    handler.lambda_handler(load_event("spot_interruption_warning", instance_id=doomed), lambda_context)
+    assert routable(kubernetes)["gen3-g6e-a"] == "false"
+    real, calls = interruptions.load_records, []
+
+    def stale_then_real(table: Any) -> list[dict[str, Any]]:
+        calls.append(1)
+        return [] if len(calls) <= 2 else real(table)  # the reconcile's reads before the drain pass see no record
+
+    monkeypatch.setattr(interruptions, "load_records", stale_then_real)
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    assert len(calls) >= 3  # the two stale reads, the re-read before restoring, then the warm spares' own
+    assert not [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-b": "false", "gen3-g6e-c": "true", "gen3-g6e-warm-spare-x": None}

@@ -49,6 +49,8 @@ VERIFIED = {
         "defaultRules.rules.kubeSchedulerAlerting", "defaultRules.rules.kubeSchedulerRecording",
         "alertmanager.alertmanagerSpec.nodeSelector", "alertmanager.alertmanagerSpec.tolerations",
         "alertmanager.alertmanagerSpec.storage.volumeClaimTemplate",
+        "alertmanager.alertmanagerSpec.persistentVolumeClaimRetentionPolicy.whenDeleted",
+        "alertmanager.alertmanagerSpec.persistentVolumeClaimRetentionPolicy.whenScaled",
         "grafana.nodeSelector", "grafana.tolerations", "grafana.fullnameOverride",
         "grafana.persistence.enabled", "grafana.persistence.type", "grafana.persistence.storageClassName",
         "grafana.persistence.accessModes", "grafana.persistence.size", "grafana.deploymentStrategy.type",
@@ -61,6 +63,8 @@ VERIFIED = {
         "prometheus.prometheusSpec.nodeSelector", "prometheus.prometheusSpec.tolerations",
         "prometheus.prometheusSpec.retention", "prometheus.prometheusSpec.retentionSize",
         "prometheus.prometheusSpec.storageSpec.volumeClaimTemplate", "prometheus.prometheusSpec.resources",
+        "prometheus.prometheusSpec.persistentVolumeClaimRetentionPolicy.whenDeleted",
+        "prometheus.prometheusSpec.persistentVolumeClaimRetentionPolicy.whenScaled",
         "prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues",
         "prometheus.prometheusSpec.podMonitorSelectorNilUsesHelmValues",
         "prometheus.prometheusSpec.ruleSelectorNilUsesHelmValues", "prometheus.prometheusSpec.remoteWrite",
@@ -188,3 +192,15 @@ def test_control_plane_monitors_eks_hides_are_off() -> None:
     values = _kps()
     assert [values[c]["enabled"] for c in ("kubeEtcd", "kubeScheduler", "kubeControllerManager")] == [False] * 3
     assert set(values["defaultRules"]["rules"].values()) == {False}
+
+
+def test_volume_claims_are_deleted_with_the_statefulsets() -> None:
+    """kube-prometheus-stack 88.3.0 passes prometheusSpec/alertmanagerSpec.persistentVolumeClaimRetentionPolicy
+    to the Prometheus and Alertmanager resources (templates/prometheus/prometheus.yaml line 308,
+    templates/alertmanager/alertmanager.yaml line 119; its default {} keeps the claims); the operator
+    sets it on the StatefulSets, whose controller then deletes the claims when the StatefulSet goes
+    (Kubernetes StatefulSetPersistentVolumeClaimRetentionPolicy, GA in 1.32)."""
+    values = v.kube_prometheus_stack_values(MonitoringConfig(), region="us-east-1", remote_write=None, **SYSTEM)
+    policy = {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    assert values["prometheus"]["prometheusSpec"]["persistentVolumeClaimRetentionPolicy"] == policy
+    assert values["alertmanager"]["alertmanagerSpec"]["persistentVolumeClaimRetentionPolicy"] == policy

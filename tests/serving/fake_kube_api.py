@@ -69,6 +69,7 @@ class FakeKubeApi:
     roles: list[dict[str, Any]] = field(default_factory=list)  # rendered Role objects, with .metadata.namespace
     bindings: list[dict[str, Any]] = field(default_factory=list)  # rendered RoleBinding objects, likewise
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # served to GET only
     requests: list[Seen] = field(default_factory=list)
     faults: list[int] = field(default_factory=list)  # statuses the next PATCHes answer instead (503: overloaded)
 
@@ -104,6 +105,14 @@ class FakeKubeApi:
                 return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
             return self._send(h, seen, 200, json.dumps(discovery).encode())
         parts = path.split("/")
+        # ['', 'apis', 'apps', 'v1', 'namespaces', ns, 'deployments', name]: what helm's lookup reads
+        if len(parts) == 8 and parts[1:5] == ["apis", "apps", "v1", "namespaces"] and parts[6] == "deployments":
+            deployment = self.deployments.get((parts[5], parts[7]))
+            if h.command != "GET":
+                return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
+            if deployment is None:
+                return self._send(h, seen, 404, _status(404, f'deployments.apps "{parts[7]}" not found', "NotFound"))
+            return self._send(h, seen, 200, json.dumps(deployment).encode())
         # ['', 'apis', 'batch', 'v1', 'namespaces', ns, 'jobs', name]
         if len(parts) != 8 or parts[1:4] != ["apis", "batch", "v1"] or parts[4] != "namespaces":
             return self._send(h, seen, 404, _status(404, f"{path} not found", "NotFound"))
