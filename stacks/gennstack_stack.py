@@ -106,10 +106,12 @@ class GenNStack(Stack):
             dead_letter_queue=self.interruption_handler.dead_letter_queue,
             metrics_namespace=INTERRUPTION_METRICS_NAMESPACE,
         )
-        # By default its pods run on Karpenter's general pool, and its DaemonSets on every pool: created
-        # after the NodePools, deleted before them (Karpenter waits for the volumes to detach before it
-        # terminates a node, so the EBS CSI driver must still run then).
-        self.monitoring.node.add_dependency(self.node_pools)
+        # kube-prometheus-stack (and the exporters and objects that follow it) runs on Karpenter's
+        # general pool by default: created after the NodePools, deleted before them. The EBS CSI driver
+        # the other way round: Karpenter waits for a node's volumes to detach before it terminates it,
+        # so the driver must outlive the NodePools.
+        self.monitoring.charts["kube-prometheus-stack"].node.add_dependency(self.node_pools)
+        self.node_pools.node.add_dependency(self.monitoring.charts["ebs-csi"])
 
         # Every Kubernetes object waits for the system nodes and the add-ons; every chart for
         # the Load Balancer Controller (see constructs/ordering.py).

@@ -117,8 +117,11 @@ def test_node_pools_are_created_after_and_deleted_before_karpenter(any_synth: Sy
     # The serving chart's pods go before the node pools they run on.
     serving = next(k for k, r in template["Resources"].items() if r["Type"] == HELM_CHART_TYPE and k.startswith("ServingChart"))
     assert all(depends_on(template, serving, manifest) for manifest in manifests)
-    # So do the monitoring charts' (the general pool by default; DaemonSets on every pool), and the
-    # EBS CSI driver outlives the nodes that mount its volumes.
-    monitoring = [k for k, r in template["Resources"].items() if r["Type"] == HELM_CHART_TYPE and k.startswith("Monitoring")]
-    assert len(monitoring) >= 4
+    # So do the monitoring charts' (the general pool by default), and the EBS CSI driver, which
+    # detaches their volumes, outlives the NodePools (Karpenter waits for detachment to terminate a node).
+    charts = [k for k, r in template["Resources"].items() if r["Type"] == HELM_CHART_TYPE and k.startswith("Monitoring")]
+    ebs_csi = [k for k in charts if k.startswith("MonitoringEbsCsiDriver")]
+    monitoring = [k for k in charts if k not in ebs_csi]
+    assert len(ebs_csi) == 1 and len(monitoring) >= 2
     assert [k for k in monitoring if not all(depends_on(template, k, manifest) for manifest in manifests)] == []
+    assert all(depends_on(template, manifest, ebs_csi[0]) for manifest in manifests)
