@@ -102,13 +102,25 @@ def _body(error_type: str, code: str) -> dict[str, Any]:
             "content_type": "application/json"}
 
 
-def local_reply_config(retry_after_s: int) -> dict[str, Any]:
+# Statuses the AI Gateway's external processor answers itself with a JSON body of its own,
+# {"type":"error","error":{"type","code","message"}} (AI Gateway v1.1.0 internal/extproc/processor_impl.go:
+# formatUserFacingErrorJSON; 400 for a malformed body at line 251, 422 for a request it cannot
+# translate at line 369). Envoy delivers an ext_proc immediate response as a local reply, so the
+# cluster's mappers must leave these alone or the client would get that JSON as a string inside ours.
+# (Its 401 "missing upstream credential", line 424, needs a BackendSecurityPolicy, which GenNStack
+# does not use: a 401 in the cluster is the API-key check's.)
+AI_GATEWAY_JSON_STATUSES = (400, 422)
+
+
+def local_reply_config(retry_after_s: int, *, passthrough: tuple[int, ...] = ()) -> dict[str, Any]:
     """The HCM ``local_reply_config`` (Envoy v3 JSON, snake_case field names): one mapper per
     status of :data:`ERRORS`, then one for any other status >= 400; a 429 gets ``Retry-After:
-    retry_after_s``. 2xx direct responses (the local ``GET /v1/models``) are left alone."""
+    retry_after_s``. 2xx direct responses (the local ``GET /v1/models``) are left alone, and so are
+    the ``passthrough`` statuses: a matching mapper with no override keeps the body as it is (the
+    first mapper that matches wins)."""
     if retry_after_s < 1:
         raise ValueError(f"retry_after_s {retry_after_s}: at least 1 (OpenAI SDKs ignore 0)")
-    mappers: list[dict[str, Any]] = []
+    mappers: list[dict[str, Any]] = [{"filter": _status_filter("EQ", status)} for status in passthrough]
     for status, (error_type, code, message) in ERRORS.items():
         mapper: dict[str, Any] = {"filter": _status_filter("EQ", status), "body_format_override": _body(error_type, code)}
         if message is not None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
-from gennstack.gateway.envoy_common import CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR, local_reply_config
+from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR,
+                                             local_reply_config)
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE, CLIENT_LABEL
 
@@ -207,7 +208,7 @@ def envoy_patch_values() -> dict[str, Any]:
     return {
         "overprovisioningFactor": OVERPROVISIONING_FACTOR,
         "listener": GATEWAY_LISTENER,
-        "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S),
+        "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES),
     }
 
 

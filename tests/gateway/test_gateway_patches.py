@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,12 +20,13 @@ import yaml
 from gennstack.config_base import frozen
 from gennstack.gateway.config import MAX_ROUTES, GatewayConfig, routing_table
 from gennstack.gateway.envoy_common import (
+    AI_GATEWAY_JSON_STATUSES,
     CLUSTER_RETRY_AFTER_S,
     MAX_HOSTS_PER_BACKEND,
     OVERPROVISIONING_FACTOR,
     local_reply_config,
 )
-from gennstack.gateway.local import LocalSettings, envoy_binary, envoy_bootstrap
+from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_binary, envoy_bootstrap
 from gennstack.gateway.values import GATEWAY_LISTENER, envoy_patch_values, gateway_chart_values
 
 pytestmark = pytest.mark.slow
@@ -140,7 +143,7 @@ def test_listener_patch_names_the_gateway_listener_and_every_hcm(policy, docs) -
     operation = listener_patch["operation"]
     assert operation["jsonPath"] == f"..filters[?(@.name=='{HCM}')].typed_config"
     assert operation["path"] == "/local_reply_config" and operation["op"] == "add"
-    assert operation["value"] == local_reply_config(CLUSTER_RETRY_AFTER_S)
+    assert operation["value"] == local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES)
 
 
 def test_the_gateway_has_the_one_listener_the_patch_names(docs) -> None:
@@ -170,7 +173,9 @@ def test_cluster_and_local_gateway_share_the_settings(tmp_path) -> None:
     def without_retry_after(config: dict) -> dict:
         return json.loads(re.sub(r'"retry-after", "value": "\d+"', '"retry-after", "value": "N"', json.dumps(config)))
 
-    assert without_retry_after(local) == without_retry_after(cluster)
+    passthrough = cluster["mappers"][:len(AI_GATEWAY_JSON_STATUSES)]
+    assert passthrough == [{"filter": m["filter"]} for m in passthrough]  # no override: the body stays
+    assert without_retry_after(local) == without_retry_after({"mappers": cluster["mappers"][len(passthrough):]})
     for c in bootstrap["static_resources"]["clusters"]:
         assert c["load_assignment"]["policy"]["overprovisioning_factor"] == envoy_patch_values()["overprovisioningFactor"]
     hcm["typed_config"]["local_reply_config"] = cluster
@@ -204,3 +209,34 @@ def test_cluster_has_no_panic_mode_either(docs) -> None:
     any value other than 50 is set), as the local bootstrap has it."""
     with_checks = [p for p in docs["BackendTrafficPolicy"] if "healthCheck" in p["spec"]]
     assert with_checks and all(p["spec"]["healthCheck"]["panicThreshold"] == 0 for p in with_checks)
+
+
+AI_GATEWAY_400 = '{"type":"error","error":{"type":"BadRequest","code":"400","message":"malformed request"}}'
+
+
+def test_the_ai_gateways_own_json_answers_pass_through_in_the_cluster() -> None:
+    """AI Gateway v1.1.0 internal/extproc/processor_impl.go answers a malformed body (400, line 251)
+    and an untranslatable request (422, line 369) itself, as an ext_proc immediate response whose
+    body is already JSON (formatUserFacingErrorJSON); Envoy sends immediate responses as local
+    replies. Real Envoy, the cluster's local reply config, direct responses standing in for them:
+    those bodies reach the client unchanged, while Envoy's own answers (413 here) are still wrapped."""
+    gateway = GatewayConfig()
+    bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway,
+                                LocalSettings(listen_port=0, admin_port=0, rate_limit_requests=0))
+    hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["local_reply_config"] = envoy_patch_values()["localReplyConfig"]
+    hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.router"]
+    hcm["route_config"] = {"name": "test", "virtual_hosts": [{"name": "test", "domains": ["*"], "routes": [
+        {"match": {"path": f"/{status}"}, "direct_response": {"status": status, "body": {"inline_string": body}}}
+        for status, body in ((400, AI_GATEWAY_400), (422, AI_GATEWAY_400.replace("400", "422")), (413, "too large"))]}]}
+    bootstrap["static_resources"]["clusters"] = []
+    with LocalGateway.start(bootstrap) as gw:
+        answers = {}
+        for status in (400, 422, 413):
+            try:
+                urllib.request.urlopen(f"{gw.base_url.removesuffix('/v1')}/{status}", timeout=10)
+            except urllib.error.HTTPError as exc:
+                answers[status] = json.loads(exc.read())
+    assert answers[400] == json.loads(AI_GATEWAY_400)
+    assert answers[422]["error"]["code"] == "422" and answers[422]["type"] == "error"
+    assert answers[413]["error"]["type"] == "invalid_request_error" and answers[413]["error"]["code"] == "request_too_large"
