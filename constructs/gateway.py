@@ -105,9 +105,11 @@ class Gateway(Construct):
         self.charts["external-secrets"].node.add_dependency(self.external_secrets_service_account)
 
         # --- Envoy Gateway and the Envoy AI Gateway ------------------------------------------
+        proxies_namespace = cluster.add_manifest("EnvoyGatewayNamespace", gateway_values.envoy_gateway_namespace())
         self.charts["envoy-gateway"] = self._chart(
             cluster, "EnvoyGateway", versions.ENVOY_GATEWAY, gateway_values.ENVOY_GATEWAY_NAMESPACE,
-            gateway_values.envoy_gateway_values(gateway, **system))
+            gateway_values.envoy_gateway_values(gateway, **system), create_namespace=False)
+        self.charts["envoy-gateway"].node.add_dependency(proxies_namespace)
         self.charts["ai-gateway-crds"] = self._chart(
             cluster, "AiGatewayCrds", versions.AI_GATEWAY_CRDS, gateway_values.AI_GATEWAY_NAMESPACE, {})
         self.charts["ai-gateway"] = self._chart(

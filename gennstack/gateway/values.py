@@ -212,6 +212,22 @@ def envoy_patch_values() -> dict[str, Any]:
     }
 
 
+# AWS Load Balancer Controller v3.5.0 (docs/deploy/pod_readiness_gate.md; the chart's mpod.elbv2.k8s.aws
+# webhook selects namespaces with this label, failurePolicy Ignore by default): a pod created in such a
+# namespace, while a Service selects it, gets a readiness gate that holds it NotReady until the NLB's
+# target group reports it healthy. So a rollout of the Envoy proxies (2 replicas, PDB minAvailable 1,
+# NLB target type ip) never leaves the NLB without a healthy target. Envoy Gateway v1.8.3 creates the
+# proxies' Deployment before their Service (internal/infrastructure/kubernetes/infra.go createOrUpdate),
+# so the very first pods may start without the gate; every later one has it.
+POD_READINESS_GATE_LABEL = {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"}
+
+
+def envoy_gateway_namespace() -> dict[str, Any]:
+    """The proxies' namespace, created before the Envoy Gateway chart, with the readiness-gate label."""
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ENVOY_GATEWAY_NAMESPACE, "labels": dict(POD_READINESS_GATE_LABEL)}}
+
+
 def envoy_gateway_values(gateway: GatewayConfig, *, system_node_selector: dict[str, str] | None = None,
                          system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Envoy Gateway (gateway-helm) with what the AI Gateway needs: the Backend API, the extension

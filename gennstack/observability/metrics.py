@@ -79,6 +79,7 @@ METRICS: dict[str, str] = {
     "envoy_cluster_upstream_rq_retry": _ENVOY,
     "envoy_cluster_outlier_detection_ejections_enforced_total": _ENVOY,
     "envoy_cluster_ratelimit_over_limit": _ENVOY,
+    "envoy_server_days_until_first_cert_expiring": _ENVOY,
     # Karpenter
     "karpenter_nodes_created_total": _KARPENTER,
     "karpenter_nodes_terminated_total": _KARPENTER,

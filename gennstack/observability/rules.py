@@ -18,6 +18,8 @@ POOLS = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
 ACCELERATOR_RESOURCES = ("aws_amazon_com_neuron", "nvidia_com_gpu")
 PRICE_RECORD = "gennstack:node_hourly_price_usd"
 RULE_NAME = "gennstack"
+# Days before the gateway's certificate expires that GenNStackGatewayCertificateExpiring fires.
+CERTIFICATE_WARNING_DAYS = 30
 
 
 def always_serving(serving: Any, generations: list[str]) -> list[str]:
@@ -111,6 +113,22 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
                 "summary": "Accelerator pod {{ $labels.namespace }}/{{ $labels.pod }} is Pending",
                 "description": f"Pending for over {alerts.pending_pod_minutes} minutes: no capacity (spot, quota, "
                                "NodePool limits) or a scheduling constraint nothing satisfies; see Karpenter's events.",
+            },
+        },
+        {
+            # Envoy Gateway v1.8.3 refuses an expired (or not yet valid) listener certificate
+            # (internal/gatewayapi/tls.go) and leaves the listener out: port 443 stops answering at the
+            # next configuration change. The chart re-issues the certificate only when it is upgraded
+            # within 180 days of expiry (docs/gateway.md), so warn well before.
+            "alert": "GenNStackGatewayCertificateExpiring",
+            "expr": f"min(envoy_server_days_until_first_cert_expiring) < {CERTIFICATE_WARNING_DAYS}",
+            "for": "1h",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The gateway's TLS certificate expires in {{ $value }} days",
+                "description": "Envoy drops the HTTPS listener once its certificate expires. Deploy a gateway "
+                               "change (adding a name to gateway.tls.hostnames will do) to re-issue it from the "
+                               "same CA (docs/gateway.md).",
             },
         },
         {

@@ -187,3 +187,27 @@ def test_chart_order(template) -> None:
     for upstream in ("gateway-helm", "ai-gateway-helm", "ai-gateway-crds-helm", "external-secrets"):
         assert by_release[upstream] in project["DependsOn"]
     assert by_release["ai-gateway-crds-helm"] in charts[by_release["ai-gateway-helm"]]["DependsOn"]
+
+
+def test_proxies_namespace_injects_the_nlb_readiness_gate(template) -> None:
+    """The Envoy Gateway chart installs into a namespace the stack creates first, labelled for the
+    AWS Load Balancer Controller's pod readiness gate (gennstack.gateway.values.POD_READINESS_GATE_LABEL)."""
+    from gennstack.gateway.values import ENVOY_GATEWAY_NAMESPACE, envoy_gateway_namespace
+    from tests.k8s_schema import validate
+
+    namespace = envoy_gateway_namespace()
+    validate(namespace)
+    assert namespace["metadata"] == {"name": "envoy-gateway-system",
+                                     "labels": {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"}}
+    manifests = {}
+    for key, resource in _resources(template, "Custom::AWSCDK-EKS-KubernetesResource").items():
+        manifest = resource["Properties"]["Manifest"]
+        for obj in json.loads(manifest) if isinstance(manifest, str) else []:
+            if obj["kind"] == "Namespace" and obj["metadata"]["name"] == ENVOY_GATEWAY_NAMESPACE:
+                manifests[key] = obj
+    assert len(manifests) == 1
+    assert next(iter(manifests.values()))["metadata"]["labels"]["elbv2.k8s.aws/pod-readiness-gate-inject"] == "enabled"
+    charts = _resources(template, "Custom::AWSCDK-EKS-HelmChart")
+    (eg_id,) = [k for k, v in charts.items() if v["Properties"]["Release"] == "gateway-helm"]
+    assert next(iter(manifests)) in charts[eg_id]["DependsOn"]
+    assert charts[eg_id]["Properties"].get("CreateNamespace") in (None, False)

@@ -218,3 +218,20 @@ def test_every_generation_gets_a_no_ready_replica_alert_while_scale_to_zero_is_r
         ServingConfig.model_validate({"g6e": {"min_replicas": 0}})
     zero = SimpleNamespace(**{g: SimpleNamespace(min_replicas=0 if g == "g6e" else 1) for g in GENERATIONS})
     assert always_serving(zero, GENERATIONS) == [g for g in GENERATIONS if g != "g6e"]
+
+
+def test_gateway_certificate_expiring(tmp_path: Path) -> None:
+    """Under 30 days left for an hour fires; 200 days, or a short dip, does not."""
+    metric = 'envoy_server_days_until_first_cert_expiring{namespace="envoy-gateway-system", pod="envoy-a"}'
+    _promtool_test(tmp_path, [
+        {"interval": "1m", "input_series": [{"series": metric, "values": "29x120"}], "alert_rule_test": [
+            _alerts("GenNStackGatewayCertificateExpiring", "30m", []),
+            _alerts("GenNStackGatewayCertificateExpiring", "90m", [{"severity": "warning"}]),
+        ]},
+        {"interval": "1m", "input_series": [{"series": metric, "values": "200x120"}], "alert_rule_test": [
+            _alerts("GenNStackGatewayCertificateExpiring", "90m", []),
+        ]},
+        {"interval": "1m", "input_series": [{"series": metric, "values": "200x30 20x30 200x60"}], "alert_rule_test": [
+            _alerts("GenNStackGatewayCertificateExpiring", "90m", []),
+        ]},
+    ])
