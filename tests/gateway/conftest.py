@@ -42,3 +42,20 @@ def validate_chart_objects(docs: list[dict]) -> None:
     for doc in docs:
         if doc["kind"] != "EnvoyPatchPolicy":
             validate(doc)
+
+
+def start_local_gateway(gateway, endpoints: dict[str, str], **settings):
+    """The local gateway for ``gateway`` on free ports, waited until every backend is healthy
+    (stopped again if that fails); ``settings`` go to LocalSettings."""
+    from gennstack.gateway.config import routing_table
+    from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
+
+    bootstrap = envoy_bootstrap(routing_table(gateway), endpoints, gateway,
+                                LocalSettings(listen_port=0, admin_port=0, **settings))
+    gw = LocalGateway.start(bootstrap)
+    try:
+        gw.wait_healthy()
+    except BaseException:
+        gw.stop()
+        raise
+    return gw

@@ -13,10 +13,11 @@ import openai
 import pytest
 
 from gennstack.config_base import frozen
-from gennstack.gateway.config import GatewayConfig, routing_table
+from gennstack.gateway.config import GatewayConfig
 from gennstack.gateway.envoy_common import ERRORS
-from gennstack.gateway.local import BACKEND_HEADER, LocalGateway, LocalSettings, envoy_bootstrap
+from gennstack.gateway.local import BACKEND_HEADER, LocalGateway
 from gennstack.gateway.values import CLIENT_HEADER
+from tests.gateway.conftest import start_local_gateway
 from tests.mock_llm import RecordingServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
@@ -38,15 +39,7 @@ def _gateway(url: str, *, rate_limit: dict | None = None, **settings) -> LocalGa
         "resilience": {"health_interval_s": 1},
         **({"rate_limit": rate_limit} if rate_limit else {}),
     }))
-    bootstrap = envoy_bootstrap(routing_table(config), {"m1": url, "m2": url}, config,
-                                LocalSettings(listen_port=0, admin_port=0, **settings))
-    gw = LocalGateway.start(bootstrap)
-    try:
-        gw.wait_healthy()
-    except BaseException:
-        gw.stop()
-        raise
-    return gw
+    return start_local_gateway(config, {"m1": url, "m2": url}, **settings)
 
 
 def _client(gw: LocalGateway, key: str, **kwargs) -> openai.OpenAI:

@@ -25,6 +25,7 @@ from gennstack.gateway.local import (
     LocalSettings,
     envoy_bootstrap,
 )
+from tests.gateway.conftest import start_local_gateway
 
 # Real Envoy and local servers with timeouts and a split tolerance: run in `make test`'s serial phase.
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
@@ -38,15 +39,7 @@ def _config(**overrides) -> GatewayConfig:
 
 
 def _start(gateway: GatewayConfig, endpoints: dict[str, str], **settings) -> LocalGateway:
-    table = routing_table(gateway)
-    bootstrap = envoy_bootstrap(table, endpoints, gateway, LocalSettings(listen_port=0, admin_port=0, **settings))
-    gw = LocalGateway.start(bootstrap)
-    try:
-        gw.wait_healthy()
-    except BaseException:
-        gw.stop()
-        raise
-    return gw
+    return start_local_gateway(gateway, endpoints, **settings)
 
 
 @dataclass

@@ -42,7 +42,7 @@ from tests.gateway.tls_support import chart_tls, resolve_to_loopback, with_downs
 from tests.gateway.conftest import validate_chart_objects
 from tests.lambdas.lambda_support import make_certificate
 from tests.local_https import read_request, send
-from tests.serving.fake_kube_api import FakeKubeApi
+from tests.serving.fake_kube_api import FakeKubeApi, write_kubeconfig
 
 pytestmark = pytest.mark.slow
 
@@ -367,12 +367,7 @@ def kube(tmp_path: Path, default_docs):
     api = SecretsApi(certs.certfile, certs.keyfile, kinds={(d["apiVersion"], d["kind"]) for d in default_docs},
                      tokens={"helm-admin": "admin"})
     url = api.start()
-    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-                  "clusters": [{"name": "fake", "cluster": {"server": url, "certificate-authority-data": certs.ca_b64}}],
-                  "users": [{"name": "helm", "user": {"token": "helm-admin"}}],
-                  "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "helm", "namespace": NAMESPACE}}]}
-    api.kubeconfig = tmp_path / "kubeconfig"
-    api.kubeconfig.write_text(json.dumps(kubeconfig))
+    api.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=url, ca_b64=certs.ca_b64, namespace=NAMESPACE)
     yield api
     api.stop()
 

@@ -190,3 +190,13 @@ class FakeKubeApi:
 def _status(code: int, message: str, reason: str) -> bytes:
     return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
                        "reason": reason, "code": code}).encode()
+
+
+def write_kubeconfig(path: Any, *, server: str, ca_b64: str, namespace: str, token: str = "helm-admin") -> Any:
+    """A kubeconfig for helm/kubectl against a fake API server on 127.0.0.1 (one user, one context)."""
+    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
+                  "clusters": [{"name": "fake", "cluster": {"server": server, "certificate-authority-data": ca_b64}}],
+                  "users": [{"name": "helm", "user": {"token": token}}],
+                  "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "helm", "namespace": namespace}}]}
+    path.write_text(json.dumps(kubeconfig))
+    return path

@@ -25,7 +25,7 @@ from tests.lambdas.lambda_support import make_certificate
 from tests.serving.aws_fakes import pod_env
 from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, STAGING, merged, only
 from tests.serving.fake_hub import FakeHub
-from tests.serving.fake_kube_api import MERGE_PATCH, FakeKubeApi
+from tests.serving.fake_kube_api import MERGE_PATCH, FakeKubeApi, write_kubeconfig
 from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, put, run
 
 pytestmark = pytest.mark.slow
@@ -168,12 +168,7 @@ def kube(tmp_path: Path):
     url = api.start()
     api.tls = tls
     api.rendered = rendered
-    kubeconfig = {"apiVersion": "v1", "kind": "Config", "current-context": "fake",
-                  "clusters": [{"name": "fake", "cluster": {"server": url, "certificate-authority-data": tls.ca_b64}}],
-                  "users": [{"name": "helm", "user": {"token": "helm-admin"}}],
-                  "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "helm", "namespace": NAMESPACE}}]}
-    api.kubeconfig = tmp_path / "kubeconfig"
-    api.kubeconfig.write_text(json.dumps(kubeconfig))
+    api.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=url, ca_b64=tls.ca_b64, namespace=NAMESPACE)
     yield api
     api.stop()
 
