@@ -25,8 +25,9 @@ with the level's wall-clock start. Totals:
 * ``seconds_below_50pct``: whole buckets from the one holding the first disruption marker to the
   end of the window whose goodput is under half the baseline, times ``bucket_s``;
 * ``time_to_recover_95_s``: from the start of the first such bucket under 95 % of the baseline
-  (the dip) to the start of the first later bucket from which the mean goodput of
-  ``recover_buckets`` whole buckets is at least 95 % of the baseline; 0 when there is no dip,
+  (the dip) to the start of the first later bucket from which the median goodput of
+  ``recover_buckets`` whole buckets is at least 95 % of the baseline (a median, like the baseline, so
+  that one slow bucket neither hides nor fakes a recovery); 0 when there is no dip,
   None when goodput never recovers within the window (both None when no whole bucket follows the marker).
 """
 
@@ -175,7 +176,7 @@ def impact(goodput: Sequence[float], *, bucket_s: float, window_start: float, wi
         return out
     last = after[-1]
     for r in range(dip + 1, last - recover_buckets + 2):
-        if statistics.fmean(goodput[r:r + recover_buckets]) >= 0.95 * baseline:
+        if statistics.median(goodput[r:r + recover_buckets]) >= 0.95 * baseline:
             out["time_to_recover_95_s"] = round((r - dip) * bucket_s, 6)
             break
     return out

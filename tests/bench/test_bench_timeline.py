@@ -31,8 +31,8 @@ def test_impact_on_a_hand_built_series():
     assert out["baseline_tok_s"] == 100 and out["baseline_buckets"] == 4
     # from bucket 6: 100, 40, 0, 30, 80, 100, 100, 100 -> under 50: 40, 0, 30 -> 3 s
     assert out["seconds_below_50pct"] == 3
-    # the dip starts at bucket 7 (40 < 95); 3-bucket means from bucket 8: 36.7, 70, 93.3, 100 -> bucket 11 -> 4 s
-    assert out["time_to_recover_95_s"] == 4
+    # the dip starts at bucket 7 (40 < 95); medians of 3 buckets from bucket 8: 30, 80, 100 -> bucket 10 -> 3 s
+    assert out["time_to_recover_95_s"] == 3
 
 
 def test_impact_never_recovered_no_dip_and_no_marker():
