@@ -25,7 +25,10 @@ warning W seconds later (W from the server's start for the flags, from the call 
 G seconds after the warning (120 on AWS; scaled down for tests), is gone: the listening socket
 closes, every open connection is closed at once, as when a process is killed (in-flight streams are cut mid-way, without ``[DONE]``)
 and ``gennstack bench mock-server`` exits. The server keeps serving normally between warning and
-gone, as a node does unless something drains it. With ``--events-file``, the warning and the gone
+gone, as a node does unless something drains it. With ``--doomed-drain`` (``"drain": true``) its
+``/health`` answers 503 from the warning on while it keeps serving whatever reaches it: the local
+stand-in for drain routing, which a gateway's active health check turns into "no new requests"
+(in a cluster the pod leaves the Service's endpoints instead; docs/spot-drills.md). With ``--events-file``, the warning and the gone
 moment are appended as ``interruption_warning`` and ``replica_gone`` lines in the format of
 ``gennstack drill``'s ``drill-events.jsonl``. ``/stats`` reports ``doomed`` (the schedule) and
 ``chat_requests_after_warning``.
@@ -109,6 +112,7 @@ class MockSettings:
     stall_max_s: float = 300.0
     doomed_warning_at_s: float | None = None  # seconds from start(); None: not doomed
     doomed_gone_after_s: float = 120.0  # seconds from the warning to gone
+    doomed_drain: bool = False  # /health answers 503 from the warning on
     events_file: str | None = None
 
     def fault_for(self, request_number: int) -> Fault | None:
@@ -167,17 +171,20 @@ class MockServer:
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._on_connect, host, port, backlog=4096)
         if self.settings.doomed_warning_at_s is not None:
-            self.doom(self.settings.doomed_warning_at_s, self.settings.doomed_gone_after_s)
+            self.doom(self.settings.doomed_warning_at_s, self.settings.doomed_gone_after_s, drain=self.settings.doomed_drain)
         return self._server.sockets[0].getsockname()[1]
 
-    def doom(self, warning_in_s: float, gone_after_s: float) -> None:
+    def doom(self, warning_in_s: float, gone_after_s: float, *, drain: bool = False) -> None:
         """Schedule the warning ``warning_in_s`` from now and gone ``gone_after_s`` after it (replaces
-        an earlier schedule that has not fired)."""
+        an earlier schedule that has not fired); ``drain``: fail ``/health`` from the warning on."""
         if warning_in_s < 0 or gone_after_s < 0:
             raise ValueError(f"warning_in_s={warning_in_s!r} and gone_after_s={gone_after_s!r} must be >= 0")
+        if not isinstance(drain, bool):
+            raise ValueError(f"drain={drain!r} must be true or false")
         if self._doom_task is not None:
             self._doom_task.cancel()
-        self.stats.doomed = {"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "warned": False, "gone": False}
+        self.stats.doomed = {"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "drain": drain,
+                             "warned": False, "gone": False}
         self._doom_task = asyncio.get_running_loop().create_task(self._doom(warning_in_s, gone_after_s))
 
     async def _doom(self, warning_in_s: float, gone_after_s: float) -> None:
@@ -268,14 +275,17 @@ class MockServer:
         if path.endswith("/models") and method == "GET":
             self._write_json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}, keep_alive)
         elif path in ("/health", "/healthz") and method == "GET":
-            self._write_json(writer, 200, {"status": "ok"}, keep_alive)
+            if self._warned and self.stats.doomed and self.stats.doomed["drain"]:
+                self._write_json(writer, 503, {"status": "draining"}, keep_alive)
+            else:
+                self._write_json(writer, 200, {"status": "ok"}, keep_alive)
         elif path == "/doom" and method == "POST":
             try:
                 spec = json.loads(body or b"{}")
-                self.doom(float(spec["warning_in_s"]), float(spec.get("gone_after_s", 120.0)))
+                self.doom(float(spec["warning_in_s"]), float(spec.get("gone_after_s", 120.0)), drain=spec.get("drain", False))
             except (ValueError, TypeError, KeyError, AttributeError) as exc:
                 self._write_json(writer, 400, {"error": {"message": f"POST /doom wants {{\"warning_in_s\": SECONDS >= 0, "
-                                                         f"\"gone_after_s\": SECONDS >= 0}}: {exc}"}}, keep_alive)
+                                                         f"\"gone_after_s\": SECONDS >= 0, \"drain\": BOOL}}: {exc}"}}, keep_alive)
             else:
                 self._write_json(writer, 200, {"doomed": self.stats.doomed}, keep_alive)
         elif path == "/stats" and method == "GET":
@@ -411,6 +421,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="doomed mode: an interruption warning S seconds after start (see --doomed-gone-after)")
     parser.add_argument("--doomed-gone-after", type=float, default=120.0, metavar="S",
                         help="doomed mode: S seconds after the warning, close every connection and exit (default: %(default)s)")
+    parser.add_argument("--doomed-drain", action="store_true",
+                        help="doomed mode: /health answers 503 from the warning on (a gateway's health check stops new requests)")
     parser.add_argument("--events-file", default=None, metavar="FILE",
                         help="append the doomed-mode warning and gone moments to FILE (drill-events.jsonl format)")
 
@@ -432,6 +444,7 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
         stall_max_s=args.stall_max,
         doomed_warning_at_s=args.doomed_warning_at,
         doomed_gone_after_s=args.doomed_gone_after,
+        doomed_drain=args.doomed_drain,
         events_file=args.events_file,
     )
 

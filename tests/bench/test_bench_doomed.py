@@ -94,7 +94,8 @@ def test_doom_api_schedules_the_warning_counts_requests_after_it_and_exits(mock_
 
 
 @pytest.mark.parametrize("spec, wanted", [({}, "warning_in_s"), ({"warning_in_s": -1}, "must be >= 0"),
-                                          ({"warning_in_s": "soon"}, "could not convert")])
+                                          ({"warning_in_s": "soon"}, "could not convert"),
+                                          ({"warning_in_s": 1, "drain": "yes"}, "drain='yes' must be true or false")])
 def test_doom_api_rejects_bad_schedules_and_names_the_fields(mock_server, spec, wanted):
     server = mock_server()
     status, answer = _post(server.base_url, "/doom", spec)
@@ -110,6 +111,33 @@ def test_doom_api_rejects_bad_schedules_and_names_the_fields(mock_server, spec, 
 def test_bad_doomed_flags_are_refused(flags, message, capsys):
     assert mockserver.main(flags) == 2
     assert message in capsys.readouterr().err
+
+
+def _health(base_url: str) -> int:
+    try:
+        with urllib.request.urlopen(base_url.removesuffix("/v1") + "/health", timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_doomed_drain_fails_health_from_the_warning_on_and_keeps_serving(mock_server, drain):
+    server = mock_server("--ttft", "0", "--itl", "0.001")
+    assert _health(server.base_url) == 200
+    server.doom(warning_in_s=0.3, gone_after_s=30, drain=drain)
+    assert _health(server.base_url) == 200  # before the warning
+    time.sleep(0.5)
+    assert _health(server.base_url) == (503 if drain else 200)
+    data, _ = _stream_raw(server.base_url, max_tokens=3)  # a request that still reaches it is served
+    assert b"data: [DONE]" in data
+    assert server.stats()["chat_requests_after_warning"] == 1
+
+
+def test_doomed_drain_flag(mock_server):
+    server = mock_server("--doomed-warning-at", "0", "--doomed-gone-after", "30", "--doomed-drain")
+    time.sleep(0.3)
+    assert _health(server.base_url) == 503 and server.stats()["doomed"]["drain"] is True
 
 
 def test_not_doomed_by_default(mock_server):
