@@ -23,15 +23,15 @@ Doomed mode models a spot node being reclaimed: ``--doomed-warning-at W --doomed
 (or ``POST /doom`` with ``{"warning_in_s": W, "gone_after_s": G}``) records an interruption
 warning W seconds later (W from the server's start for the flags, from the call for the API) and,
 G seconds after the warning (120 on AWS; scaled down for tests), is gone: the listening socket
-closes, every open connection is closed at once, as when a process is killed (in-flight streams are cut mid-way, without ``[DONE]``)
-and ``gennstack bench mock-server`` exits. The server keeps serving normally between warning and
-gone, as a node does unless something drains it. With ``--doomed-drain`` (``"drain": true``) its
-``/health`` answers 503 from the warning on while it keeps serving whatever reaches it: the local
-stand-in for drain routing, which a gateway's active health check turns into "no new requests"
-(in a cluster the pod leaves the Service's endpoints instead; docs/spot-drills.md). With ``--events-file``, the warning and the gone
-moment are appended as ``interruption_warning`` and ``replica_gone`` lines in the format of
-``gennstack drill``'s ``drill-events.jsonl``. ``/stats`` reports ``doomed`` (the schedule) and
-``chat_requests_after_warning``.
+closes, every open connection is closed at once, as when a process is killed (streams in flight
+are cut mid-way, without ``[DONE]``), and ``gennstack bench mock-server`` exits. Between warning
+and gone it serves as usual, as a node does unless something drains it. With ``--doomed-drain``
+(``"drain": true``) its ``/health`` answers 503 from the warning on while it keeps serving whatever
+reaches it: the local stand-in for drain routing, which a gateway's active health check turns into
+"no new requests" (in a cluster the pod leaves the Service's endpoints instead; docs/spot-drills.md).
+With ``--events-file``, the warning and the gone moment are appended as ``interruption_warning``
+and ``replica_gone`` lines in the format of ``gennstack drill``'s ``drill-events.jsonl``.
+``/stats`` reports ``doomed`` (the schedule) and ``chat_requests_after_warning``.
 
 The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
 transfer encoding), so that the scheduling cost per chunk stays low and predictable.
@@ -183,6 +183,7 @@ class MockServer:
             raise ValueError(f"drain={drain!r} must be true or false")
         if self._doom_task is not None:
             self._doom_task.cancel()
+        self._warned = False
         self.stats.doomed = {"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "drain": drain,
                              "warned": False, "gone": False}
         self._doom_task = asyncio.get_running_loop().create_task(self._doom(warning_in_s, gone_after_s))
