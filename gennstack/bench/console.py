@@ -146,7 +146,7 @@ def timeline_table(levels: list[dict]) -> Table:
         table.add_row(
             str(lvl["concurrency"]), str(t["requests_lost"]), str(t["broken_streams"]), _num(t["baseline_tok_s"]),
             _secs(t["seconds_below_50pct"], "–"),
-            _secs(t["time_to_recover_95_s"], "not recovered" if disruption and t["baseline_tok_s"] is not None else "–"),
+            _secs(t["time_to_recover_95_s"], "not recovered" if t["seconds_below_50pct"] is not None else "–"),
             f"{disruption['event']} at {disruption['t_s']:.1f} s" if disruption else "no marker",
         )
     return table

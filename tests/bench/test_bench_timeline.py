@@ -138,3 +138,24 @@ def test_old_result_files_without_timeline_still_load(tmp_path):
     assert load_result(old[0])["levels"][0]["concurrency"] == 4
     results = compare.load_all([str(p) for p in old], None)
     assert "timeline-" not in compare.render_html(results)
+
+
+def test_terminal_table_shows_the_totals_and_says_when_goodput_did_not_recover():
+    from rich.console import Console
+
+    from gennstack.bench.console import timeline_table
+
+    def level(concurrency, goodput, markers):
+        totals = impact(goodput, bucket_s=1.0, window_start=2.0, window_end=len(goodput), markers=markers)
+        return {"concurrency": concurrency, "timeline": {"totals": {"requests_lost": 7, "broken_streams": 3, **totals}}}
+
+    console = Console(width=200, record=True)
+    console.print(timeline_table([level(4, SERIES, MARKERS), level(8, SERIES[:12], MARKERS), level(16, SERIES, []),
+                                  {"concurrency": 32}]))
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in console.export_text().splitlines()
+            if line.startswith("│")]
+    assert rows == [  # a level without a timeline has no row
+        ["4", "7", "3", "100.0", "3.0", "3.0", "interruption_warning at 6.0 s"],
+        ["8", "7", "3", "100.0", "3.0", "not recovered", "interruption_warning at 6.0 s"],
+        ["16", "7", "3", "100.0", "–", "–", "no marker"],
+    ]
