@@ -29,6 +29,19 @@ class MockServer:
         with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/stats", timeout=10) as resp:
             return json.loads(resp.read())
 
+    @property
+    def port(self) -> int:
+        return int(self.base_url.removesuffix("/v1").rsplit(":", 1)[1])
+
+    def doom(self, warning_in_s: float, gone_after_s: float, *, drain: bool = False) -> dict:
+        """Doomed mode through the server's API: a warning ``warning_in_s`` from now, gone ``gone_after_s`` later;
+        ``drain``: ``/health`` fails from the warning on (gennstack/bench/mockserver.py)."""
+        body = json.dumps({"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "drain": drain}).encode()
+        request = urllib.request.Request(self.base_url.removesuffix("/v1") + "/doom", data=body, method="POST",
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return json.loads(resp.read())
+
     def kill(self) -> None:
         """Die at once, as a spot-reclaimed node would."""
         if self.proc.poll() is None:

@@ -63,6 +63,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, for_demo: bool = False
     parser.add_argument("--seed", type=int, default=0, help="seed for prompts and sampled lengths (default: %(default)s)")
     parser.add_argument("--upload", metavar="S3_URI", help="after the run, copy the output directory to s3://BUCKET/PREFIX/<dir name>/")
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar (still prints the summary)")
+    parser.add_argument("--events", type=Path, metavar="FILE",
+                        help="JSON-lines event markers (gennstack drill's drill-events.jsonl), read after each level and "
+                             "placed on its timeline; the file may be written while the bench runs")
     layout = parser.add_argument_group("layout of the target (recorded in result.json; the report then shows $ per 1M tokens)")
     layout.add_argument("--instance-type", help="node type serving the endpoint, e.g. g6e.12xlarge")
     layout.add_argument("--replicas", type=int, help="model-server replicas behind the endpoint")
@@ -156,15 +159,18 @@ def default_output_dir(model: str, now: datetime) -> Path:
 
 
 def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str], progress: bool = True,
-            upload: str | None = None, console=None, layout=None) -> tuple[int, dict, Path]:
-    """Run every level, write all outputs, print the summary. Returns (exit code, result, dir)."""
+            upload: str | None = None, console=None, layout=None, events: Path | None = None) -> tuple[int, dict, Path]:
+    """Run every level, write all outputs, print the summary. Returns (exit code, result, dir).
+
+    Each level gets a ``timeline`` (gennstack.bench.timeline), with the markers of ``events`` when given."""
     from rich.console import Console
 
     from gennstack.bench import llmperf, report
-    from gennstack.bench.console import LevelProgress, cost_table, failures_table, summary_tables
+    from gennstack.bench.console import LevelProgress, cost_table, failures_table, summary_tables, timeline_table
     from gennstack.bench.metrics import summarize_level
     from gennstack.bench.results import REPORT_FILE, REQUESTS_FILE, RESULT_FILE, build_result, write_requests_csv, write_result
     from gennstack.bench.runner import run_level
+    from gennstack.bench.timeline import EventsFileError, build_timeline, load_events, markers_for_level
 
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     started = datetime.now(timezone.utc)
@@ -178,7 +184,16 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
                            enabled=progress and console.is_terminal) as bar:
             run = asyncio.run(run_level(config, concurrency, on_record=bar.on_record))
         runs.append(run)
-        levels.append(summarize_level(run))
+        level = summarize_level(run)
+        markers = []
+        if events is not None:
+            try:
+                markers = markers_for_level(load_events(events), started_unix=run.started_wall, end_s=run.window_end)
+            except EventsFileError as exc:
+                console.print(f"[red]timeline without markers: {exc}[/red]")
+        level["timeline"] = build_timeline(run.records, window_start=run.window_start, window_end=run.window_end,
+                                           markers=markers)
+        levels.append(level)
         llmperf.write(run, config, output_dir / "llmperf" / f"concurrency-{concurrency}")
     result = build_result(config, levels, command=command, started_at=started, layout=layout)
     write_result(result, output_dir / RESULT_FILE)
@@ -199,6 +214,7 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
     failures = failures_table(levels)
     if failures is not None:
         console.print(failures)
+    console.print(timeline_table(levels))
     sources = {lvl["token_source"] for lvl in levels}
     console.print(f"n (output tokens) from: {', '.join(sorted(sources))}  ·  results in {output_dir}/ "
                   f"({RESULT_FILE}, {REQUESTS_FILE}, {REPORT_FILE}, llmperf/)")
@@ -230,7 +246,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"gennstack bench: error: {exc}", file=sys.stderr)
         return 2
     code, _, _ = execute(config, output_dir=args.output_dir, command=["gennstack", *sys.argv[1:]],
-                         progress=not args.no_progress, upload=args.upload, layout=layout)
+                         progress=not args.no_progress, upload=args.upload, layout=layout, events=args.events)
     return code
 
 
@@ -258,7 +274,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args, base_url=base_url, model="mock-model", api_key=None)
         code, _, _ = execute(config, output_dir=args.output_dir, command=["gennstack", *sys.argv[1:]],
-                             progress=not args.no_progress, upload=args.upload, layout=layout)
+                             progress=not args.no_progress, upload=args.upload, layout=layout, events=args.events)
         return code
     finally:
         proc.terminate()

@@ -125,3 +125,28 @@ def cost_table(rows: list[dict], prices) -> Table:
             cells += [_num(row[f"usd_per_m_output_{key}"], 2), _num(row[f"usd_per_m_total_{key}"], 2)]
         table.add_row(*cells)
     return table
+
+
+def _secs(value: float | None, none: str) -> str:
+    return none if value is None else f"{value:,.1f}"
+
+
+def timeline_table(levels: list[dict]) -> Table:
+    """What users lost per level (the ``timeline`` totals; definitions in gennstack.bench.timeline)."""
+    table = Table(title="timeline · what users lost (baseline: median goodput before the first disruption marker)",
+                  title_justify="left")
+    for name in ("conc.", "lost req.", "broken", "baseline tok/s", "s <50%", "recover 95% s", "disruption"):
+        table.add_column(name, justify="right")
+    for lvl in levels:
+        timeline = lvl.get("timeline")
+        if timeline is None:
+            continue
+        t = timeline["totals"]
+        disruption = t["disruption"]
+        table.add_row(
+            str(lvl["concurrency"]), str(t["requests_lost"]), str(t["broken_streams"]), _num(t["baseline_tok_s"]),
+            _secs(t["seconds_below_50pct"], "–"),
+            _secs(t["time_to_recover_95_s"], "not recovered" if t["seconds_below_50pct"] is not None else "–"),
+            f"{disruption['event']} at {disruption['t_s']:.1f} s" if disruption else "no marker",
+        )
+    return table

@@ -19,6 +19,20 @@ request number, counting chat completion requests from 1 in arrival order: the f
 ``Fault`` whose ``every`` divides that number applies, so a test knows exactly which
 requests fail and how.
 
+Doomed mode models a spot node being reclaimed: ``--doomed-warning-at W --doomed-gone-after G``
+(or ``POST /doom`` with ``{"warning_in_s": W, "gone_after_s": G}``) records an interruption
+warning W seconds later (W from the server's start for the flags, from the call for the API) and,
+G seconds after the warning (120 on AWS; scaled down for tests), is gone: the listening socket
+closes, every open connection is closed at once, as when a process is killed (streams in flight
+are cut mid-way, without ``[DONE]``), and ``gennstack bench mock-server`` exits. Between warning
+and gone it serves as usual, as a node does unless something drains it. With ``--doomed-drain``
+(``"drain": true``) its ``/health`` answers 503 from the warning on while it keeps serving whatever
+reaches it: the local stand-in for drain routing, which a gateway's active health check turns into
+"no new requests" (in a cluster the pod leaves the Service's endpoints instead; docs/spot-drills.md).
+With ``--events-file``, the warning and the gone moment are appended as ``interruption_warning``
+and ``replica_gone`` lines in the format of ``gennstack drill``'s ``drill-events.jsonl``.
+``/stats`` reports ``doomed`` (the schedule) and ``chat_requests_after_warning``.
+
 The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
 transfer encoding), so that the scheduling cost per chunk stays low and predictable.
 """
@@ -33,6 +47,8 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
 
 _REASONS = {
     200: "OK",
@@ -94,6 +110,10 @@ class MockSettings:
     usage: bool = True
     faults: tuple[Fault, ...] = ()
     stall_max_s: float = 300.0
+    doomed_warning_at_s: float | None = None  # seconds from start(); None: not doomed
+    doomed_gone_after_s: float = 120.0  # seconds from the warning to gone
+    doomed_drain: bool = False  # /health answers 503 from the warning on
+    events_file: str | None = None
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -111,10 +131,14 @@ class MockStats:
     faults: dict[str, int] = field(default_factory=dict)
     max_lateness_s: float = 0.0
     total_lateness_s: float = 0.0
+    chat_requests_after_warning: int = 0
+    doomed: dict | None = None
 
     def to_dict(self) -> dict:
         return {
             "chat_requests": self.chat_requests,
+            "chat_requests_after_warning": self.chat_requests_after_warning,
+            "doomed": self.doomed,
             "completed_streams": self.completed_streams,
             "chunks_sent": self.chunks_sent,
             "tokens_sent": self.tokens_sent,
@@ -139,12 +163,62 @@ class MockServer:
         self.stats = MockStats()
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._warned = False
+        self._doom_task: asyncio.Task | None = None
+        self.gone = asyncio.Event()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._on_connect, host, port, backlog=4096)
+        if self.settings.doomed_warning_at_s is not None:
+            self.doom(self.settings.doomed_warning_at_s, self.settings.doomed_gone_after_s, drain=self.settings.doomed_drain)
         return self._server.sockets[0].getsockname()[1]
 
+    def doom(self, warning_in_s: float, gone_after_s: float, *, drain: bool = False) -> None:
+        """Schedule the warning ``warning_in_s`` from now and gone ``gone_after_s`` after it (replaces
+        an earlier schedule that has not fired); ``drain``: fail ``/health`` from the warning on."""
+        if warning_in_s < 0 or gone_after_s < 0:
+            raise ValueError(f"warning_in_s={warning_in_s!r} and gone_after_s={gone_after_s!r} must be >= 0")
+        if not isinstance(drain, bool):
+            raise ValueError(f"drain={drain!r} must be true or false")
+        if self._doom_task is not None:
+            self._doom_task.cancel()
+        self._warned = False
+        self.stats.doomed = {"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "drain": drain,
+                             "warned": False, "gone": False}
+        self._doom_task = asyncio.get_running_loop().create_task(self._doom(warning_in_s, gone_after_s))
+
+    async def _doom(self, warning_in_s: float, gone_after_s: float) -> None:
+        await asyncio.sleep(warning_in_s)
+        self._warned = True
+        self.stats.doomed["warned"] = True
+        self._event("interruption_warning", gone_after_s=gone_after_s)
+        await asyncio.sleep(gone_after_s)
+        self.stats.doomed["gone"] = True
+        self._event("replica_gone")
+        self._go()
+
+    def _event(self, event: str, **fields) -> None:
+        if not self.settings.events_file:
+            return
+        stamp = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+        record = {"time": stamp, "event": event, "source": "mock-server", "model": self.model, **fields}
+        with Path(self.settings.events_file).open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def _go(self) -> None:
+        """Gone, as a reclaimed node: stop listening and close every connection at once (no [DONE], no end of body)."""
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        self.gone.set()
+
     async def close(self) -> None:
+        if self._doom_task is not None:
+            self._doom_task.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):
@@ -156,7 +230,11 @@ class MockServer:
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if self.gone.is_set():
+            writer.transport.abort()
+            return
         self._tasks.add(task)
+        self._writers.add(writer)
         try:
             while await self._serve_one(reader, writer):
                 pass
@@ -166,6 +244,7 @@ class MockServer:
             pass
         finally:
             self._tasks.discard(task)
+            self._writers.discard(writer)
             if not writer.transport.is_closing():
                 writer.close()
 
@@ -197,7 +276,19 @@ class MockServer:
         if path.endswith("/models") and method == "GET":
             self._write_json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}, keep_alive)
         elif path in ("/health", "/healthz") and method == "GET":
-            self._write_json(writer, 200, {"status": "ok"}, keep_alive)
+            if self._warned and self.stats.doomed and self.stats.doomed["drain"]:
+                self._write_json(writer, 503, {"status": "draining"}, keep_alive)
+            else:
+                self._write_json(writer, 200, {"status": "ok"}, keep_alive)
+        elif path == "/doom" and method == "POST":
+            try:
+                spec = json.loads(body or b"{}")
+                self.doom(float(spec["warning_in_s"]), float(spec.get("gone_after_s", 120.0)), drain=spec.get("drain", False))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                self._write_json(writer, 400, {"error": {"message": f"POST /doom wants {{\"warning_in_s\": SECONDS >= 0, "
+                                                         f"\"gone_after_s\": SECONDS >= 0, \"drain\": BOOL}}: {exc}"}}, keep_alive)
+            else:
+                self._write_json(writer, 200, {"doomed": self.stats.doomed}, keep_alive)
         elif path == "/stats" and method == "GET":
             self._write_json(writer, 200, self.stats.to_dict(), keep_alive)
         else:
@@ -224,6 +315,7 @@ class MockServer:
             await writer.drain()
             return keep_alive
         self.stats.chat_requests += 1
+        self.stats.chat_requests_after_warning += self._warned
         number = self.stats.chat_requests
         fault = s.fault_for(number)
         if fault is not None:
@@ -326,11 +418,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault-after-chunks", type=int, default=2, help="content chunks sent before a stall or broken stream (default: %(default)s)")
     parser.add_argument("--stall-max", type=float, default=300.0, help="longest a stalled stream is held open, seconds (default: %(default)s)")
     parser.add_argument("--model-name", default="mock-model", help="model id served at /v1/models (default: %(default)s)")
+    parser.add_argument("--doomed-warning-at", type=float, default=None, metavar="S",
+                        help="doomed mode: an interruption warning S seconds after start (see --doomed-gone-after)")
+    parser.add_argument("--doomed-gone-after", type=float, default=120.0, metavar="S",
+                        help="doomed mode: S seconds after the warning, close every connection and exit (default: %(default)s)")
+    parser.add_argument("--doomed-drain", action="store_true",
+                        help="doomed mode: /health answers 503 from the warning on (a gateway's health check stops new requests)")
+    parser.add_argument("--events-file", default=None, metavar="FILE",
+                        help="append the doomed-mode warning and gone moments to FILE (drill-events.jsonl format)")
 
 
 def settings_from_args(args: argparse.Namespace) -> MockSettings:
     if args.ttft < 0 or args.itl < 0 or args.tokens_per_chunk < 1:
         raise ValueError("--ttft and --itl must be >= 0 and --tokens-per-chunk >= 1")
+    for flag, value in (("--doomed-warning-at", args.doomed_warning_at), ("--doomed-gone-after", args.doomed_gone_after)):
+        if value is not None and not value >= 0:
+            raise ValueError(f"{flag}={value}: must be a number of seconds >= 0")
     return MockSettings(
         ttft_s=args.ttft,
         itl_s=args.itl,
@@ -340,6 +443,10 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
         usage=not args.no_usage,
         faults=tuple(Fault.parse(spec, after_chunks=args.fault_after_chunks) for spec in args.fault),
         stall_max_s=args.stall_max,
+        doomed_warning_at_s=args.doomed_warning_at,
+        doomed_gone_after_s=args.doomed_gone_after,
+        doomed_drain=args.doomed_drain,
+        events_file=args.events_file,
     )
 
 
@@ -354,7 +461,12 @@ async def serve(settings: MockSettings, host: str, port: int, model: str) -> Non
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - non-POSIX
             pass
-    await stop.wait()
+    stopped, gone = asyncio.ensure_future(stop.wait()), asyncio.ensure_future(server.gone.wait())
+    await asyncio.wait({stopped, gone}, return_when=asyncio.FIRST_COMPLETED)
+    for waiter in (stopped, gone):
+        waiter.cancel()
+    if server.gone.is_set():
+        print("mock OpenAI server: doomed replica gone", flush=True)
     await server.close()
 
 

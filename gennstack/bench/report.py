@@ -179,6 +179,40 @@ def _time_series_charts(results: list[dict]) -> str:
     return "".join(charts)
 
 
+def _timeline_charts(results: list[dict]) -> str:
+    """Per level with a timeline: goodput, and broken streams and errors per second, with the event markers."""
+    charts = []
+    for i, r in enumerate(results):
+        for lvl in r["levels"]:
+            timeline = lvl.get("timeline")
+            if timeline is None:
+                continue
+            c = lvl["concurrency"]
+            name = f"c={c}" if len(results) == 1 else f"{_label(r, i)} c={c}"
+            chart_id = f"timeline-{i}-c{c}"
+            half = timeline["bucket_s"] / 2
+            marks = [(m["t_s"], m["event"]) for m in timeline["markers"]]
+            buckets = timeline["buckets"]
+            goodput = [Series("goodput", [(b["t_s"] + half, b["goodput_tok_s"]) for b in buckets], markers=False)]
+            baseline = timeline["totals"]["baseline_tok_s"]
+            if baseline is not None and buckets:
+                goodput.append(Series("baseline", [(0.0, baseline), (buckets[-1]["t_s"] + 2 * half, baseline)], markers=False))
+            charts.append(line_chart(goodput, title=f"Goodput over time, {name} (tokens/s of requests that completed)",
+                                     x_label="seconds from level start", y_label="tokens/s", chart_id=f"{chart_id}-goodput",
+                                     vlines=marks))
+            lost = [Series("broken mid-way", [(b["t_s"] + half, b["broken"]) for b in buckets], markers=False),
+                    Series("all errors", [(b["t_s"] + half, sum(b["errors"].values())) for b in buckets], markers=False)]
+            charts.append(line_chart(lost, title=f"Broken streams and errors per {timeline['bucket_s']:g} s, {name}",
+                                     x_label="seconds from level start", y_label="requests", chart_id=f"{chart_id}-lost",
+                                     vlines=marks))
+    if not charts:
+        return ""
+    return ('<h3>Timeline: what users lost</h3><p class="note">Goodput: output tokens of requests that completed in each '
+            "second. Broken: streams that started (HTTP 200) and then failed or ended without [DONE]. Baseline: the median "
+            "goodput between warm-up and the first disruption marker. Dashed lines: event markers (--events).</p>"
+            '<div class="charts">' + "".join(charts) + "</div>")
+
+
 def _header(results: list[dict]) -> str:
     if len(results) == 1:
         r = results[0]
@@ -233,7 +267,7 @@ def render(results: list[dict]) -> str:
         + _vs_concurrency(results, lambda lvl: lvl["requests_per_s"],
                           title="Requests/s vs concurrency", y_label="requests/s", chart_id="agg-rps-vs-concurrency")
         + _time_series_charts(results)
-        + "</div>" + _aggregate_table(results) + _cost_table(results) + "</section>"
+        + "</div>" + _timeline_charts(results) + _aggregate_table(results) + _cost_table(results) + "</section>"
     )
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -63,8 +63,10 @@ def line_chart(
     height: int = 300,
     y_from_zero: bool = True,
     step: bool = False,
+    vlines: Sequence[tuple[float, str]] = (),
 ) -> str:
-    """A line chart (``step=True`` draws a step function, as for a CDF)."""
+    """A line chart (``step=True`` draws a step function, as for a CDF). ``vlines``: ``(x, label)`` event
+    markers, drawn as dashed vertical lines (``<g class="marker" data-event=label>``)."""
     left, right, top, bottom = 64, 16, 48, 46
     plot_w, plot_h = width - left - right, height - top - bottom
     points = [p for s in series for p in s.points]
@@ -77,7 +79,7 @@ def line_chart(
     if not points:
         parts.append(f'<text class="empty" x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text></svg>')
         return "".join(parts)
-    xs = [p[0] for p in points]
+    xs = [p[0] for p in points] + [x for x, _ in vlines]
     ys = [p[1] for p in points]
     x_ticks = nice_ticks(min(xs), max(xs))
     y_ticks = nice_ticks(0.0 if y_from_zero else min(ys), max(ys))
@@ -106,6 +108,10 @@ def line_chart(
         f'<text class="label" transform="translate(14 {top + plot_h / 2}) rotate(-90)" text-anchor="middle">{escape(y_label)}</text>'
     )
     parts.append("</g>")
+    for n, (x, label) in enumerate(vlines):
+        parts.append(f'<g class="marker" data-event="{escape(label)}"><line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{top}" '
+                     f'y2="{top + plot_h}" stroke="#555" stroke-dasharray="4 3"/><text x="{sx(x) + 3:.1f}" '
+                     f'y="{top + 12 + 12 * (n % 3)}">{escape(label)}</text><title>{escape(label)} at {fmt_number(x)} s</title></g>')
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         coords = []

@@ -6,7 +6,8 @@ state change with its time. Ctrl-C stops the experiment (``StopExperiment``) and
 stop. With ``--bench-args``, ``gennstack bench`` runs against the gateway as a subprocess, started
 ``--bench-lead`` seconds before the experiment so the result holds a baseline. One result folder
 holds ``drill-events.jsonl`` (one JSON object a line: drill start, experiment states, end) and the
-bench's own result in ``bench/``.
+bench's own result in ``bench/``, whose timeline carries the drill's events as markers (the bench gets
+``--events <folder>/drill-events.jsonl`` unless ``--bench-args`` names another file).
 
 Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
 or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
@@ -129,6 +130,9 @@ class BenchProcess:
 
     def __init__(self, bench_args: Sequence[str], output_dir: Path) -> None:
         self.argv = [sys.executable, "-m", "gennstack.cli", "bench", *bench_args, "--output-dir", str(output_dir)]
+        if not any(arg == "--events" or arg.startswith("--events=") for arg in bench_args):
+            # the bench places the drill's events on its timeline (gennstack.bench.timeline)
+            self.argv += ["--events", str(output_dir.parent / EVENTS_FILE)]
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

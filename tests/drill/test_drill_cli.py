@@ -227,7 +227,8 @@ def test_bench_runs_around_the_experiment_into_the_same_folder(tmp_path: Path, f
     assert code == 0
     (bench,) = made
     assert bench.argv[1:] == ["-m", "gennstack.cli", "bench", "--base-url", "https://gw.example/v1", "--model",
-                              "gennstack-default", "--duration", "600", "--output-dir", str(output / "bench")]
+                              "gennstack-default", "--duration", "600", "--output-dir", str(output / "bench"),
+                              "--events", str(output / "drill-events.jsonl")]
     assert bench.events == ["start", "wait"]
     log = events(output)
     assert [e["event"] for e in log] == ["drill_start", "bench_start", "experiment_started", "experiment_state", "bench_end", "drill_end"]
@@ -268,6 +269,10 @@ def test_the_real_bench_command_line_is_gennstack_bench(tmp_path: Path) -> None:
 
     parsed = build_parser().parse_args(bench.argv[3:])
     assert parsed.duration == 5.0 and parsed.output_dir == tmp_path / "b"
+    assert parsed.events == tmp_path / "drill-events.jsonl"
+    # an --events of the operator's own is left alone
+    own = BenchProcess(["--events=mine.jsonl"], tmp_path / "b")
+    assert build_parser().parse_args(own.argv[3:]).events == Path("mine.jsonl") and own.argv.count("--events") == 0
 
 
 # ---- every failure, with its message ---------------------------------------------------------------
