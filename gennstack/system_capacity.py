@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gennstack.config import GenNStackConfig
+from gennstack.config import ConfigError, GenNStackConfig
 
 MIB_PER_GIB = 1024
 
@@ -80,10 +80,26 @@ CHART_DEFAULTS: dict[str, Default] = {
                             "kubernetes-sigs/aws-ebs-csi-driver helm-chart-aws-ebs-csi-driver-2.64.0 values.yaml "
                             "node.resources.requests 10m/40Mi + templates/_node.tpl node-driver-registrar and "
                             "liveness-probe 10m/32Mi each"),
-    # The aws-node container; the add-on is v1.23.2-eksbuild.1 and the newest tag in the repository
-    # is v1.23.0 (see the module's report: the eksbuild manifest is not public).
-    "vpc-cni": Default(Requests(25, 0), "aws/amazon-vpc-cni-k8s v1.23.0 charts/aws-vpc-cni/values.yaml "
-                                        "resources.requests cpu 25m (no memory request)"),
+    # The aws-node pod: the aws-node container and, with network policy on (constructs/cluster.py
+    # ADDON_CONFIGURATION), the aws-eks-nodeagent container, which takes .Values.resources too
+    # (templates/daemonset.yaml ``default .Values.resources .Values.nodeAgent.resources``). The
+    # add-on is v1.23.2-eksbuild.1; the newest tag in the repository is v1.23.0.
+    "vpc-cni": Default(Requests(2 * 25, 0), "aws/amazon-vpc-cni-k8s v1.23.0 charts/aws-vpc-cni/values.yaml "
+                                            "resources.requests cpu 25m (no memory request), aws-node + nodeagent"),
+    "pod-identity-agent": Default(ZERO, "aws/eks-pod-identity-agent commit 00bc0581 charts/eks-pod-identity-agent/"
+                                        "values.yaml resources {} (no requests); the add-on's v1.4.0 build is not tagged"),
+    # NOT PINNED: the EKS kube-proxy add-on's manifest is not public; 100m CPU is what EKS's
+    # kube-proxy DaemonSet has requested, counted so the sum does not leave it out.
+    "kube-proxy": Default(Requests(100, 0), "not pinned: EKS kube-proxy add-on manifest is not public"),
+    # The EKS CoreDNS build's manifest is not public; upstream's deployment manifest, from which it
+    # derives, requests 100m/70Mi; EKS runs 2 replicas (EKS User Guide, coredns-autoscaling).
+    "coredns": Default(Requests(100, 70), "coredns/deployment commit 000c366e kubernetes/coredns.yaml.sed "
+                                          "requests 100m/70Mi (EKS build's own manifest not public)"),
+    "grafana": Default(ZERO, "grafana-community/helm-charts grafana-12.10.4 charts/grafana/values.yaml resources {} "
+                             "and sidecar.resources {} (no requests)"),
+    # NOT PINNED: the config-reloader sidecar Prometheus Operator adds to Prometheus and Alertmanager;
+    # kube-prometheus-stack 88.3.0 leaves prometheusConfigReloader.resources {}, and the operator's own
+    # flag defaults (prometheus-operator v0.93.0) were not read here.
     "prometheus-operator": Default(ZERO, "prometheus-community/helm-charts kube-prometheus-stack-88.3.0 values.yaml "
                                          "prometheusOperator.resources {} (no requests)"),
     "alertmanager": Default(ZERO, "prometheus-community/helm-charts kube-prometheus-stack-88.3.0 values.yaml "
@@ -108,14 +124,14 @@ class SystemInstance:
     ipv4_per_eni: int
 
 
+# General-purpose m families, 4 GiB per vCPU; ENIs x IPv4 per ENI by size (identical across these
+# families in instance-info.jsonl).
+_SIZES = {"large": SystemInstance(2, 8, 3, 10), "xlarge": SystemInstance(4, 16, 4, 15),
+          "2xlarge": SystemInstance(8, 32, 4, 15), "4xlarge": SystemInstance(16, 64, 8, 30)}
 SYSTEM_INSTANCES: dict[str, SystemInstance] = {
-    "m7i.large": SystemInstance(2, 8, 3, 10),
-    "m6i.large": SystemInstance(2, 8, 3, 10),
-    "m7a.large": SystemInstance(2, 8, 3, 10),
-    "m7i.xlarge": SystemInstance(4, 16, 4, 15),
-    "m6i.xlarge": SystemInstance(4, 16, 4, 15),
-    "m7a.xlarge": SystemInstance(4, 16, 4, 15),
+    f"{family}.{size}": spec for family in ("m5", "m6a", "m6i", "m7a", "m7i") for size, spec in _SIZES.items()
 }
+
 
 # nodeadm/internal/kubelet/config.go (v20260714): evictionHard memory.available.
 EVICTION_HARD_MEMORY_MI = 100
@@ -235,6 +251,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
         Line("metrics-server", ops[versions.METRICS_SERVER.name]["replicas"], d["metrics-server"].requests,
              d["metrics-server"].source),
         Line("ebs-csi-controller", 2, d["ebs-csi-controller"].requests, d["ebs-csi-controller"].source),
+        Line("coredns", 2, d["coredns"].requests, d["coredns"].source),
     ]
     if config.gateway.rate_limit.enabled:
         lines += [
@@ -250,6 +267,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
             Line("prometheus-operator", 1, d["prometheus-operator"].requests, d["prometheus-operator"].source),
             Line("alertmanager", 1, d["alertmanager"].requests, d["alertmanager"].source),
             Line("kube-state-metrics", 1, d["kube-state-metrics"].requests, d["kube-state-metrics"].source),
+            Line("grafana", 1, d["grafana"].requests, d["grafana"].source),
             Line("yace", 1, d["yace"].requests, d["yace"].source),
         ]
     return lines
@@ -260,6 +278,8 @@ def daemonsets_per_node() -> list[Line]:
     d = CHART_DEFAULTS
     return [
         Line("aws-node (vpc-cni)", 1, d["vpc-cni"].requests, d["vpc-cni"].source),
+        Line("kube-proxy", 1, d["kube-proxy"].requests, d["kube-proxy"].source),
+        Line("eks-pod-identity-agent", 1, d["pod-identity-agent"].requests, d["pod-identity-agent"].source),
         Line("ebs-csi-node", 1, d["ebs-csi-node"].requests, d["ebs-csi-node"].source),
         Line("node-exporter", 1, d["node-exporter"].requests, d["node-exporter"].source),
     ]
@@ -272,27 +292,74 @@ def total(lines: list[Line]) -> Requests:
     return out
 
 
+def pods(lines: list[Line]) -> int:
+    return sum(line.replicas for line in lines)
+
+
 @dataclass(frozen=True)
 class Fit:
+    """The system pods of a config against ``nodes`` nodes of ``instance_type`` (its smallest type)."""
+
     requested: Requests  # the Deployments' pods, over the whole group
+    requested_pods: int
     per_node_daemonsets: Requests
+    daemonset_pods: int
     per_node_allocatable: Requests
+    per_node_max_pods: int
     instance_type: str
     nodes: int
 
     def room(self, nodes: int) -> Requests:
-        free = self.per_node_allocatable.cpu_m - self.per_node_daemonsets.cpu_m, \
-            self.per_node_allocatable.memory_mi - self.per_node_daemonsets.memory_mi
-        return Requests(free[0] * nodes, free[1] * nodes)
+        """What ``nodes`` nodes leave for the Deployments' pods once each runs its DaemonSets."""
+        return Requests((self.per_node_allocatable.cpu_m - self.per_node_daemonsets.cpu_m) * nodes,
+                        (self.per_node_allocatable.memory_mi - self.per_node_daemonsets.memory_mi) * nodes)
+
+    def pod_room(self, nodes: int) -> int:
+        return (self.per_node_max_pods - self.daemonset_pods) * nodes
 
     def fits(self, nodes: int) -> bool:
         room = self.room(nodes)
-        return self.requested.cpu_m <= room.cpu_m and self.requested.memory_mi <= room.memory_mi
+        return (self.requested.cpu_m <= room.cpu_m and self.requested.memory_mi <= room.memory_mi
+                and self.requested_pods <= self.pod_room(nodes))
 
 
 def system_fit(config: GenNStackConfig) -> Fit:
     """Requests for ``config`` against system_nodes_min nodes of its smallest system instance type."""
     cluster = config.cluster
     smallest = min(cluster.system_node_instance_types, key=lambda t: (allocatable(t).cpu_m, allocatable(t).memory_mi))
-    return Fit(total(deployments(config)), total(daemonsets_per_node()), allocatable(smallest), smallest,
-               cluster.system_nodes_min)
+    lines, per_node = deployments(config), daemonsets_per_node()
+    return Fit(total(lines), pods(lines), total(per_node), pods(per_node), allocatable(smallest),
+               max_pods(SYSTEM_INSTANCES[smallest]), smallest, cluster.system_nodes_min)
+
+
+def summary_line(fit: Fit) -> str:
+    """One line: what the system pods request against what the group allocates, all nodes and one down."""
+    room, down = fit.room(fit.nodes), fit.room(fit.nodes - 1)
+    return (f"system nodes: {fit.nodes} x {fit.instance_type}; pods request {fit.requested.cpu_m}m CPU / "
+            f"{fit.requested.memory_mi}Mi of {room.cpu_m}m / {room.memory_mi}Mi left after DaemonSets "
+            f"({down.cpu_m}m / {down.memory_mi}Mi with one node down)")
+
+
+def check_system_fit(config: GenNStackConfig) -> None:
+    """Raise ConfigError unless the system pods fit in system_nodes_min - 1 nodes of the smallest type.
+
+    One node down is a rolling update of the node group or a replaced node: the pods it ran must
+    find room on the others, or they stay Pending and a chart's ``wait`` rolls the deploy back.
+    """
+    for instance_type in config.cluster.system_node_instance_types:
+        if instance_type not in SYSTEM_INSTANCES:
+            raise ConfigError(
+                f"cluster.system_node_instance_types: {instance_type!r} has no capacity figures in "
+                f"gennstack/system_capacity.py; allowed: {', '.join(sorted(SYSTEM_INSTANCES))}")
+    fit = system_fit(config)
+    if fit.fits(fit.nodes - 1):
+        return
+    down, pods_down = fit.room(fit.nodes - 1), fit.pod_room(fit.nodes - 1)
+    raise ConfigError(
+        f"cluster.system_nodes_min: {fit.nodes} nodes of {fit.instance_type} (the smallest of "
+        f"cluster.system_node_instance_types) do not hold the system pods with one node down: they request "
+        f"{fit.requested.cpu_m}m CPU, {fit.requested.memory_mi}Mi memory and {fit.requested_pods} pods, "
+        f"{fit.nodes - 1} node(s) leave {down.cpu_m}m, {down.memory_mi}Mi and {pods_down} pods after DaemonSets "
+        f"(gateway.envoy_replicas={config.gateway.envoy_replicas}, gateway.rate_limit.enabled="
+        f"{config.gateway.rate_limit.enabled}, monitoring.placement={config.monitoring.placement!r}); "
+        "raise cluster.system_nodes_min or choose larger cluster.system_node_instance_types")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gennstack import system_capacity as sc
-from gennstack.config import GenNStackConfig
+from gennstack.config import ConfigError, GenNStackConfig
 
 
 def test_max_pods_follows_nodeadm_eni_formula():
@@ -47,21 +47,92 @@ def test_default_requests_per_component():
     assert lines["karpenter"].total == sc.Requests(1000, 2048)
     assert lines["envoy-proxy"].total == sc.Requests(2 * 510, 2 * 544)
     assert lines["envoy-gateway"].total == sc.Requests(200, 512)
+    assert lines["coredns"].total == sc.Requests(200, 140)
     assert "prometheus" not in lines
-    assert sc.total(list(lines.values())) == sc.Requests(3220, 5984)
+    assert sc.total(list(lines.values())) == sc.Requests(3420, 6124)
+    assert sc.pods(list(lines.values())) == 26
+
+
+def test_daemonsets_per_node():
+    """aws-node (2 x 25m with the network-policy agent), kube-proxy 100m, EBS CSI node 30m/104Mi;
+    the pod identity agent and node-exporter request nothing."""
+    per_node = sc.daemonsets_per_node()
+    assert sc.total(per_node) == sc.Requests(180, 104)
+    assert sc.pods(per_node) == 5
 
 
 def test_worst_case_adds_monitoring_and_scales_with_envoy_replicas():
     config = GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 4}})
-    worst = sc.total(sc.deployments(sc.worst_case(config)))
-    assert worst == sc.Requests(3220 + 500 + 2 * 510, 5984 + 2048 + 2 * 544)
+    worst = sc.deployments(sc.worst_case(config))
+    assert sc.total(worst) == sc.Requests(3420 + 500 + 2 * 510, 6124 + 2048 + 2 * 544)
+    assert sc.pods(worst) == 26 + 6 + 2
 
 
-def test_fit_room_counts_daemonsets_per_node():
+def _config(**cluster):
+    return GenNStackConfig.model_validate({"cluster": cluster})
+
+
+def test_defaults_fit_with_one_node_down():
+    """4 x m7i.large: 1930m - 180m of DaemonSets = 1750m per node; 3 nodes leave 5250m for 3420m."""
     fit = sc.system_fit(GenNStackConfig())
-    assert fit.instance_type == "m7i.large"
-    assert fit.per_node_daemonsets == sc.Requests(55, 104)
-    assert fit.room(2) == sc.Requests(2 * (1930 - 55), 2 * (7518 - 104))
-    # Both nodes up, the defaults fit; with one of the two down they do not (3220m > 1875m).
-    assert fit.fits(2)
-    assert not fit.fits(1)
+    assert (fit.instance_type, fit.nodes) == ("m7i.large", 4)
+    assert fit.room(3) == sc.Requests(3 * 1750, 3 * (7518 - 104))
+    assert fit.pod_room(3) == 3 * (29 - 5)
+    assert fit.fits(3)
+    sc.check_system_fit(GenNStackConfig())
+
+
+def test_worst_case_fits_at_default_size_with_one_node_down():
+    """Every optional system pod on (monitoring on the system nodes, rate limit on): 3920m in 5250m."""
+    fit = sc.system_fit(sc.worst_case(GenNStackConfig()))
+    assert fit.requested == sc.Requests(3920, 8172)
+    assert fit.fits(3)
+    sc.check_system_fit(sc.worst_case(GenNStackConfig()))
+
+
+def test_the_old_default_does_not_fit_with_one_node_down():
+    """2 x m7i.large, the previous default: 3420m against 1750m once one node is down."""
+    fit = sc.system_fit(_config(system_nodes_min=2))
+    assert fit.fits(2) and not fit.fits(1)
+    with pytest.raises(ConfigError) as error:
+        sc.check_system_fit(_config(system_nodes_min=2))
+    message = str(error.value)
+    for part in ("cluster.system_nodes_min: 2 nodes of m7i.large", "3420m CPU", "1 node(s) leave 1750m",
+                 "gateway.envoy_replicas=2", "monitoring.placement='on-demand'"):
+        assert part in message
+
+
+def test_envoy_replicas_beyond_the_room_are_rejected():
+    """5 more proxies (510m each) overflow 5250m; 2 x m7i.xlarge leave 3740m with one down."""
+    with pytest.raises(ConfigError, match="gateway.envoy_replicas=7"):
+        sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 7}}))
+    sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 5}}))
+    fit = sc.system_fit(_config(system_node_instance_types=("m7i.xlarge",), system_nodes_min=2))
+    assert fit.room(1) == sc.Requests(3920 - 180, 15391 - 104)
+
+
+def test_smallest_type_decides():
+    fit = sc.system_fit(_config(system_node_instance_types=("m7i.xlarge", "m6i.large")))
+    assert fit.instance_type == "m6i.large"
+
+
+def test_unknown_system_type_is_rejected_with_the_allowed_ones():
+    with pytest.raises(ConfigError, match=r"cluster.system_node_instance_types: 'c7i.large' has no capacity.*m7i.large"):
+        sc.check_system_fit(_config(system_node_instance_types=("c7i.large",)))
+
+
+def test_summary_line():
+    assert sc.summary_line(sc.system_fit(GenNStackConfig())) == (
+        "system nodes: 4 x m7i.large; pods request 3420m CPU / 6124Mi of 7000m / 29656Mi left after DaemonSets "
+        "(5250m / 22242Mi with one node down)")
+
+
+def test_build_app_rejects_a_system_group_too_small_before_any_construct(monkeypatch):
+    """app.build_app runs the check after reading the config and before the stack exists."""
+    import app as app_module
+
+    created = []
+    monkeypatch.setattr(app_module, "GenNStack", lambda *a, **k: created.append(1))
+    with pytest.raises(ConfigError, match="cluster.system_nodes_min: 2 nodes of m7i.large"):
+        app_module.build_app(context={"gennstack": {"cluster": {"system_nodes_min": 2}}})
+    assert created == []
