@@ -13,6 +13,12 @@ requests nothing counts 0 and says so.
 
 Allocatable per node follows EKS AL2023's nodeadm at the AMI release of versions.AL2023_AMI_ALIAS
 (awslabs/amazon-eks-ami v20260714, nodeadm/internal/kubelet/config.go and eni_max_pods.go).
+
+Not modelled: the kube-proxy add-on's request (its EKS manifest is not public: counted as 100m,
+marked not pinned), the config-reloader sidecars Prometheus Operator adds (0), Helm hook Jobs
+(kube-prometheus-stack's admission-webhook patch: short-lived, no requests), and the gap between
+EC2's nominal memory and the kernel's MemTotal (capacity is a little lower than counted here).
+``deployments`` imports the constructs' values functions, which import aws_cdk (jsii starts).
 """
 
 from __future__ import annotations
@@ -211,6 +217,7 @@ def worst_case(config: GenNStackConfig) -> GenNStackConfig:
 
 def deployments(config: GenNStackConfig) -> list[Line]:
     """Every Deployment/StatefulSet pod pinned to the system nodes, with its replicas, for ``config``."""
+    from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
     from constructs.karpenter import chart_values as karpenter_values
     from constructs.load_balancer_controller import chart_values as lbc_values
     from constructs.operators import chart_values as operator_values
@@ -219,7 +226,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
     from gennstack.gateway.config import routing_table
     from gennstack.observability import values as obs
 
-    sel, tol = {"gennstack.io/pool": "system"}, [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}]
+    sel, tol = SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
     karpenter = karpenter_values(cluster_name="c", queue_name="q", region="us-east-1")
     lbc = lbc_values(cluster_name="c", region="us-east-1", vpc_id="vpc-0")
     ops = operator_values()
