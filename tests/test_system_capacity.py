@@ -136,3 +136,41 @@ def test_build_app_rejects_a_system_group_too_small_before_any_construct(monkeyp
     with pytest.raises(ConfigError, match="cluster.system_nodes_min: 2 nodes of m7i.large"):
         app_module.build_app(context={"gennstack": {"cluster": {"system_nodes_min": 2}}})
     assert created == []
+
+
+def test_chart_defaults_as_read_at_the_pinned_tags():
+    """Upstream defaults, read at the tags gennstack/versions.py pins:
+    envoyproxy/gateway v1.8.3 charts/gateway-helm/values.tmpl.yaml (controller 100m/256Mi) and
+    api/v1alpha1/shared_types.go (rate limit 100m/512Mi, shutdown manager 10m/32Mi);
+    kedacore/charts v2.20.2 keda/values.yaml (100m/100Mi per component);
+    kubernetes-sigs/metrics-server chart 3.14.0 charts/metrics-server/values.yaml (100m/200Mi);
+    kubernetes-sigs/aws-ebs-csi-driver helm-chart-aws-ebs-csi-driver-2.64.0 values.yaml, controller.yaml,
+    _node.tpl (10m/40Mi, sidecars 10m/32Mi); aws/amazon-vpc-cni-k8s v1.23.0 values.yaml (25m);
+    no requests: aws-load-balancer-controller v3.5.0, ai-gateway-helm v1.1.0, external-secrets 2.9.0,
+    kube-prometheus-stack 88.3.0 (operator, alertmanager), kube-state-metrics 8.2.0,
+    prometheus-node-exporter 4.56.1, YACE 0.47.0, grafana 12.10.4, eks-pod-identity-agent."""
+    figures = {name: (d.requests.cpu_m, d.requests.memory_mi) for name, d in sc.CHART_DEFAULTS.items()}
+    assert figures == {
+        "aws-load-balancer-controller": (0, 0),
+        "envoy-gateway": (100, 256),
+        "envoy-shutdown-manager": (10, 32),
+        "envoy-ratelimit": (100, 512),
+        "ai-gateway-controller": (0, 0),
+        "external-secrets": (0, 0),
+        "keda": (100, 100),
+        "metrics-server": (100, 200),
+        "ebs-csi-controller": (50, 192),
+        "ebs-csi-node": (30, 104),
+        "vpc-cni": (50, 0),
+        "pod-identity-agent": (0, 0),
+        "kube-proxy": (100, 0),
+        "coredns": (100, 70),
+        "grafana": (0, 0),
+        "prometheus-operator": (0, 0),
+        "alertmanager": (0, 0),
+        "kube-state-metrics": (0, 0),
+        "node-exporter": (0, 0),
+        "yace": (0, 0),
+    }
+    assert "not pinned" in sc.CHART_DEFAULTS["kube-proxy"].source
+    assert all("no requests" in d.source for d in sc.CHART_DEFAULTS.values() if d.requests == sc.ZERO)
