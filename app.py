@@ -18,6 +18,7 @@ from aws_cdk import App, Environment, Validations
 from cdk_nag import AwsSolutionsChecks
 
 from gennstack.config import ConfigError, GenNStackConfig, load_config
+from gennstack.system_capacity import check_system_fit
 from stacks.gennstack_stack import GenNStack
 
 ROOT = Path(__file__).resolve().parent
@@ -39,6 +40,8 @@ def build_app(
     """
     app = App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
     config = load_config(app.node.try_get_context("gennstack"), app.node.try_get_context("config"))
+    # Every pod pinned to the system nodes must fit with one of them down (gennstack/system_capacity.py).
+    check_system_fit(config)
     env = Environment(account=config.account, region=config.region) if (config.account or config.region) else None
     stack = GenNStack(
         app,

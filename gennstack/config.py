@@ -286,7 +286,8 @@ class ClusterConfig(StrictModel):
     # IAM role ARNs granted cluster-admin through EKS access entries.
     admin_role_arns: tuple[str, ...] = ()
     system_node_instance_types: tuple[str, ...] = ("m7i.large", "m6i.large", "m7a.large")
-    system_nodes_min: Annotated[int, Field(ge=2, le=10)] = 2
+    # 4: the system pods fit with one node down, every optional one on (gennstack/system_capacity.py).
+    system_nodes_min: Annotated[int, Field(ge=2, le=10)] = 4
     system_nodes_max: Annotated[int, Field(ge=2, le=20)] = 4
     # Days CloudWatch keeps EKS control-plane logs (a CloudWatch Logs retention period).
     control_plane_log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = 90

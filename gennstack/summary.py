@@ -179,9 +179,23 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         if has_serving_chart and capacity:
             lines.append(f"    Memory: {capacity}")
     if config:
+        lines.extend(system_nodes_lines(config))
         lines.extend(cost_lines(config))
         lines.extend(f"  WARNING: {warning}" for warning in config_warnings(config))
     return lines
+
+
+def system_nodes_lines(recorded: dict[str, Any]) -> list[str]:
+    """What the system pods request against the system nodes' allocatable (gennstack.system_capacity)."""
+    from gennstack.config import GenNStackConfig
+    from gennstack.config_base import frozen
+    from gennstack.system_capacity import summary_line, system_fit
+
+    try:
+        config = GenNStackConfig.model_validate(frozen(recorded), strict=False)
+        return [f"  {summary_line(system_fit(config))}"]
+    except (ValueError, KeyError) as exc:
+        return [f"  System nodes: not computed ({str(exc).splitlines()[0]})"]
 
 
 def cost_lines(recorded: dict[str, Any]) -> list[str]:

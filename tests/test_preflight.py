@@ -277,7 +277,7 @@ def test_healthy_account_passes_everything(tmp_path: Path) -> None:
         "(trn2 spot pool 2 x 192), one node needs 192"
     )
     assert rows["quota.standard.on-demand"][1].endswith(
-        "the config can launch 72 (system node group 4 x 2 + general pool 64), 2 system nodes need 4")
+        "the config can launch 72 (system node group 4 x 2 + general pool 64), 4 system nodes need 8")
     assert rows["zones"][1] == "us-east-2a (use2-az1), us-east-2b (use2-az2), us-east-2c (use2-az3) (the first 3 of Fn::GetAZs)"
     assert rows["zones.trn2"][1] == "trn2 (trn2.48xlarge) offered in all 3 zones"
     assert rows["spot.g6e"][1].startswith("g6e.xlarge $0.6512-0.7034/h (cheapest us-east-2a); g6e.2xlarge $0.8129-0.8843/h")
@@ -328,7 +328,10 @@ def test_fresh_account(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ("fix: aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-3819A6DF "
             "--desired-value 384 --region us-east-1, or lower generations.g6e.max_nodes") in out
     assert "--quota-code L-DB2E81BA --desired-value 384 --region us-east-1, or set generations.g6e.on_demand_fallback: false" in out
-    assert rows["quota.standard.on-demand"][0] == WARN  # 5 vCPUs: the system nodes' minimum (2 x 2), not 72
+    # 5 vCPUs: below the system nodes' minimum (4 x 2)
+    assert rows["quota.standard.on-demand"] == (FAIL, "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances "
+                                                      "(L-1216C47A) is 5 vCPUs, below 4 system nodes (8 vCPUs); the config can "
+                                                      "launch 72 (system node group 4 x 2 + general pool 64), 4 system nodes need 8")
     # us-east-1b is use1-az3 in this account: EKS cannot use it
     assert rows["zones"] == (FAIL, "EKS cannot use us-east-1b (use1-az3) for its control plane; zones: us-east-1a (use1-az6), "
                                    "us-east-1b (use1-az3), us-east-1c (use1-az1) (the first 3 of Fn::GetAZs)")
@@ -564,7 +567,7 @@ def test_vcpu_needs_of_the_default_config() -> None:
     needs = {(n.quota_class, n.purchase): (n.max_vcpus, n.min_vcpus) for n in capacity.vcpu_needs(
         config_of({}), {"m7i.large": 2, "m6i.large": 2, "m7a.large": 2})}
     assert needs == {
-        ("standard", "on-demand"): (4 * 2 + 64, 2 * 2), ("standard", "spot"): (64, 0),
+        ("standard", "on-demand"): (4 * 2 + 64, 4 * 2), ("standard", "spot"): (64, 0),
         ("inf", "spot"): (4 * 192, 192), ("inf", "on-demand"): (4 * 192, 192),
         ("trn", "spot"): (2 * 192, 192), ("trn", "on-demand"): (2 * 192, 192),
         ("g-vt", "spot"): (8 * 48, 4), ("g-vt", "on-demand"): (8 * 48, 4),

@@ -47,12 +47,16 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert ("    CA for clients: kubectl get configmap -n gennstack-gateway gennstack-gateway-ca "
             "-o jsonpath='{.data.ca\\.crt}' > gennstack-ca.pem") in text.splitlines()
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
+    # The system pods against the system nodes (gennstack.system_capacity; checked in tests/test_system_capacity.py).
+    assert ("  system nodes: 4 x m7i.large; pods request 3420m CPU / 6124Mi of 7000m / 29656Mi left after DaemonSets "
+            "(5250m / 22242Mi with one node down)") in text.splitlines()
     # The hourly range per generation and in total (gennstack.cost; the figures are checked by hand in tests/cost).
     assert "  Cost inf2: $5.61-$13.40/h, 1 x inf2.48xlarge" in text.splitlines()
     assert "  Cost g6e: $1.61-$3.85/h, 2 x g6e.xlarge" in text.splitlines()
     assert ("  Cost trn2: not priced (no on-demand price for trn2.48xlarge in us-east-1; "
             "price it with `gennstack cost --price trn2.48xlarge=USD_PER_HOUR`)") in text.splitlines()
-    assert ("  Cost per hour: $7.79-$17.82 (spot (estimate: 60% off on-demand) to on-demand), always-on, us-east-1 "
+    # 4 system nodes (2 more than before: + 0.2059836 $/h, tests/cost/test_cost_model.py).
+    assert ("  Cost per hour: $8.00-$18.02 (spot (estimate: 60% off on-demand) to on-demand), always-on, us-east-1 "
             "(no region in config) list prices as of 2026-07-06; details: gennstack cost") in text.splitlines()
     # The defaults leave nobody able to reach the cluster and the zones to Fn::GetAZs: both said.
     assert f"  WARNING: {NO_ADMIN}" in text

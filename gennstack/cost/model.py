@@ -165,7 +165,7 @@ def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]
         _fixed("EKS control plane (standard support)", 1, table.service("eks_cluster_per_hour")),
         LineItem(f"system nodes ({nodes} x {system_type}, on-demand, + {SYSTEM_ROOT_VOLUME_GIB} GiB gp3 each)", nodes,
                  nodes * (system.usd + system_volume / HOURS_PER_MONTH), nodes * (system.usd + system_volume / HOURS_PER_MONTH),
-                 (system, *volume_prices), "the node group's first type; it scales to system_nodes_max under load"),
+                 (system, *volume_prices), "the node group's first type; nothing autoscales it: it runs system_nodes_min nodes"),
         _fixed(f"NAT gateways ({config.network.nat_gateways})", config.network.nat_gateways,
                table.service("nat_gateway_per_hour"), note="plus $/GB processed"),
         _fixed(f"interface endpoints ({len(config.network.interface_endpoints)} x {config.network.az_count} AZs)", endpoints,

@@ -68,7 +68,7 @@ class MonitoringConfig(StrictModel):
     grafana_storage_gib: Annotated[int, Field(ge=1, le=1024)] = 10
     # Where Prometheus, Alertmanager, Grafana, kube-state-metrics, the operator and YACE run.
     # on-demand: on-demand nodes of Karpenter's general pool, which grows with their requests.
-    # system: the fixed-size system node group (2 x m7i.large by default), only when it has room.
+    # system: the fixed-size system node group (4 x m7i.large by default); synth checks it has room (gennstack/system_capacity.py).
     placement: Literal["system", "on-demand"] = "on-demand"
     alerts: AlertsConfig = AlertsConfig()
     managed_prometheus: ManagedPrometheusConfig = ManagedPrometheusConfig()

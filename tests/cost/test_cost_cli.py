@@ -32,7 +32,8 @@ def test_hourly_text_flags_stale_prices_and_labels_spot_as_an_estimate() -> None
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "GenNStack cost per hour in us-east-1 (the config names no region: priced at us-east-1): what runs all the time"
-    assert "TOTAL $7.79-$17.82 per hour (spot (estimate: 60% off on-demand) to on-demand), $5,688.97-$13,005.00 per month of 730 h" in lines
+    # Two more system nodes than before (2 -> 4): + 2 x 0.1029918 = 0.2059836 $/h, + 150.37 $/month at both ends.
+    assert "TOTAL $8.00-$18.02 per hour (spot (estimate: 60% off on-demand) to on-demand), $5,839.33-$13,155.37 per month of 730 h" in lines
     assert "prices as of 2026-07-06, 2026-11-30; the oldest is 147 days old: STALE, older than 90 days; check them or run with --live" in lines
     assert any(line.startswith("WARNING: generation trn2 (trn2.48xlarge) is not in the totals") for line in lines)
 

@@ -22,19 +22,19 @@ def item(breakdown, group: str, prefix: str):
 
 
 def test_platform_items_of_the_default_config() -> None:
-    """EKS 0.10; 2 x m7i.large 0.1008 + 20 GiB gp3 (20 x 0.08 / 730 = 0.0021918) each = 0.2059836;
+    """EKS 0.10; 4 x m7i.large 0.1008 + 20 GiB gp3 (20 x 0.08 / 730 = 0.0021918) each = 0.4119672;
     NAT 1 x 0.045; endpoints 6 x 3 AZs x 0.01 = 0.18; NLB 0.0225; KMS 2 x 1/730; 3 secrets (token, API keys, Redis password) x 0.40/730;
     monitoring volumes (100 + 5 + 10) GiB gp3 x 0.08 / 730 = 0.0126027."""
     b = hourly_cost(config(), TABLE)
     assert item(b, "platform", "EKS").on_demand_usd_per_hour == pytest.approx(0.10)
-    assert item(b, "platform", "system nodes (2 x m7i.large").spot_usd_per_hour == pytest.approx(0.2059836, abs=1e-7)
+    assert item(b, "platform", "system nodes (4 x m7i.large").spot_usd_per_hour == pytest.approx(0.4119672, abs=1e-7)
     assert item(b, "platform", "NAT gateways (1)").on_demand_usd_per_hour == pytest.approx(0.045)
     assert item(b, "platform", "interface endpoints (6 x 3 AZs)").on_demand_usd_per_hour == pytest.approx(0.18)
     assert item(b, "platform", "gateway NLB").on_demand_usd_per_hour == pytest.approx(0.0225)
     assert item(b, "platform", "KMS").on_demand_usd_per_hour == pytest.approx(2 / 730)
     assert item(b, "platform", "Secrets").on_demand_usd_per_hour == pytest.approx(1.2 / 730)
     assert item(b, "platform", "monitoring volumes").on_demand_usd_per_hour == pytest.approx(115 * 0.08 / 730)
-    assert b.total("platform") == pytest.approx((0.5704699, 0.5704699), abs=1e-6)
+    assert b.total("platform") == pytest.approx((0.7764535, 0.7764535), abs=1e-6)
 
 
 def test_generations_of_the_default_config() -> None:
