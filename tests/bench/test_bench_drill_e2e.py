@@ -12,15 +12,12 @@ outage (gone to replacement ready plus one request's length) and back at 95 % ab
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import datetime, timezone
 
 import pytest
 
-from tests.support import ROOT
+from tests.bench_process import bench_process, wait_until_sending
 
 CONCURRENCY = 4
 TTFT, ITL, TOKENS = 0.02, 0.01, 20
@@ -33,17 +30,9 @@ def test_timeline_of_a_doomed_replica_and_its_replacement(mock_server, tmp_path)
     schedule = ("--ttft", str(TTFT), "--itl", str(ITL))
     doomed = mock_server(*schedule, "--events-file", str(events))
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", doomed.base_url, "--model", "mock-model",
-         "--concurrency", str(CONCURRENCY), "--duration", "9", "--warmup-seconds", "1", "--max-tokens", str(TOKENS),
-         "--prompt-tokens", "16", "--events", str(events), "--output-dir", str(out), "--no-progress"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 30
-        while doomed.stats()["chat_requests"] == 0:
-            assert time.monotonic() < deadline and bench.poll() is None, "the bench never sent a request"
-            time.sleep(0.05)
+    with bench_process(doomed.base_url, model="mock-model", events=events, out=out, concurrency=CONCURRENCY,
+                       duration=9, max_tokens=TOKENS) as bench:
+        wait_until_sending(doomed, bench)
         doomed.doom(warning_in_s=3.0, gone_after_s=1.0)
         assert doomed.proc.wait(timeout=15) == 0
         time.sleep(1.5)
@@ -52,10 +41,6 @@ def test_timeline_of_a_doomed_replica_and_its_replacement(mock_server, tmp_path)
             stamp = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
             fh.write(json.dumps({"time": stamp, "event": "replacement_ready", "source": "test"}) + "\n")
         output, _ = bench.communicate(timeout=60)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.wait()
     assert bench.returncode == 0, output
     level = json.loads((out / "result.json").read_text())["levels"][0]
     timeline = level["timeline"]

@@ -16,17 +16,14 @@ warning plus one check, still ends a second before "gone").
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from gennstack.config_base import frozen
-from gennstack.gateway.config import GatewayConfig, routing_table
-from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
-from tests.support import ROOT
+from gennstack.gateway.config import GatewayConfig
+from tests.bench_process import bench_process, wait_until_sending
+from tests.gateway.conftest import start_local_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
@@ -41,32 +38,17 @@ def _run_drill(mock_backends, tmp_path, *, drain: bool) -> tuple[dict, dict]:
     events = tmp_path / "drill-events.jsonl"
     doomed, survivor = (mock_backends(*SCHEDULE, "--events-file", str(events)) for _ in range(2))
     gateway = GatewayConfig.model_validate(frozen({"resilience": {"health_interval_s": 1}}))
-    bootstrap = envoy_bootstrap(routing_table(gateway), {MODEL: [doomed.base_url, survivor.base_url]}, gateway,
-                                LocalSettings(listen_port=0, admin_port=0, rate_limit_requests=0))
     out = tmp_path / "run"
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with LocalGateway.start(bootstrap) as gw:
-        gw.wait_healthy()
-        bench = subprocess.Popen(
-            [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", gw.base_url, "--model", MODEL,
-             "--concurrency", str(CONCURRENCY), "--duration", "10", "--warmup-seconds", "1", "--max-tokens", "50",
-             "--prompt-tokens", "16", "--events", str(events), "--output-dir", str(out), "--no-progress"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        try:
-            deadline = time.monotonic() + 30
-            while doomed.stats()["chat_requests"] == 0:
-                assert time.monotonic() < deadline and bench.poll() is None, "the bench never reached the replica"
-                time.sleep(0.05)
-            doomed.doom(WARNING_IN_S, GONE_AFTER_S, drain=drain)
-            time.sleep(WARNING_IN_S + DETECTED_S)
-            after_detection = doomed.stats()["chat_requests_after_warning"]
-            time.sleep(GONE_AFTER_S - DETECTED_S - 0.5)  # half a second before "gone"
-            before_gone = doomed.stats()["chat_requests_after_warning"]
-            output, _ = bench.communicate(timeout=60)
-        finally:
-            if bench.poll() is None:
-                bench.kill()
-                bench.wait()
+    with start_local_gateway(gateway, {MODEL: [doomed.base_url, survivor.base_url]}, rate_limit_requests=0) as gw, \
+            bench_process(gw.base_url, model=MODEL, events=events, out=out, concurrency=CONCURRENCY, duration=10,
+                          max_tokens=50) as bench:
+        wait_until_sending(doomed, bench)
+        doomed.doom(WARNING_IN_S, GONE_AFTER_S, drain=drain)
+        time.sleep(WARNING_IN_S + DETECTED_S)
+        after_detection = doomed.stats()["chat_requests_after_warning"]
+        time.sleep(GONE_AFTER_S - DETECTED_S - 0.5)  # half a second before "gone"
+        before_gone = doomed.stats()["chat_requests_after_warning"]
+        output, _ = bench.communicate(timeout=60)
     assert bench.returncode == 0, output
     level = json.loads((out / "result.json").read_text())["levels"][0]
     seen = {"after_detection": after_detection, "before_gone": before_gone, "survivor": survivor.stats()["chat_requests"]}
