@@ -12,7 +12,7 @@ from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTabl
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR,
                                              local_reply_config)
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_object_name, rule_name
-from gennstack.observability.names import CLIENT_ATTRIBUTE, CLIENT_LABEL
+from gennstack.observability.names import CLIENT_ATTRIBUTE
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
 # and the Redis URL below are derived from them, so they are fixed, not configurable.
@@ -22,10 +22,6 @@ AI_GATEWAY_CONTROLLER = "ai-gateway-controller"  # the ai-gateway-helm chart's c
 EXTERNAL_SECRETS_NAMESPACE = "external-secrets"
 EXTERNAL_SECRETS_SERVICE_ACCOUNT = "external-secrets"
 CLIENT_HEADER = "x-gennstack-client"
-# The client id on the AI Gateway's GenAI metrics: the OTel attribute its metricsRequestHeaderAttributes
-# maps the header to, and the Prometheus label its exporter serves (gennstack.observability.names).
-CLIENT_METRICS_ATTRIBUTE = CLIENT_ATTRIBUTE
-CLIENT_METRICS_LABEL = CLIENT_LABEL
 # The Secret (key `password`) External Secrets writes the Redis password to, in the chart's
 # namespace (for Redis) and the proxies' (for Envoy Gateway's rate-limit service); mirrors _helpers.tpl.
 REDIS_AUTH_SECRET = f"{GATEWAY_RELEASE}-redis-auth"
@@ -275,7 +271,7 @@ def ai_gateway_values(*, system_node_selector: dict[str, str] | None = None,
     return {
         "controller": {
             "fullnameOverride": AI_GATEWAY_CONTROLLER,
-            "metricsRequestHeaderAttributes": f"{CLIENT_HEADER}:{CLIENT_METRICS_ATTRIBUTE}",
+            "metricsRequestHeaderAttributes": f"{CLIENT_HEADER}:{CLIENT_ATTRIBUTE}",
             "replicaCount": 2,
             "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
             "nodeSelector": dict(system_node_selector or {}),

@@ -14,7 +14,8 @@ import yaml
 
 from gennstack.gateway.config import GatewayConfig, routing_table
 from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
-from gennstack.gateway.values import (CLIENT_HEADER, CLIENT_METRICS_LABEL, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS,
+from gennstack.observability.names import CLIENT_LABEL
+from gennstack.gateway.values import (CLIENT_HEADER, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS,
                                       REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,
                                       envoy_gateway_values, gateway_chart_values, redis_url)
 from gennstack.config_base import frozen
@@ -478,7 +479,7 @@ def test_genai_metrics_carry_the_client_id() -> None:
     assert header == "x-gennstack-client" == CLIENT_HEADER and attribute == "gennstack.client_id"
     # OpenTelemetry's Prometheus exporter writes an attribute's dots as underscores: the label the
     # gateway dashboard and alerts read (gennstack/observability/names.py).
-    assert CLIENT_METRICS_LABEL == attribute.replace(".", "_") == "gennstack_client_id"
+    assert CLIENT_LABEL == attribute.replace(".", "_") == "gennstack_client_id"
 
 
 def test_model_names_kubernetes_cannot_hold_render_valid_objects(helm) -> None:
