@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 NEURON = "aws.amazon.com/neuron"
 NVIDIA_GPU = "nvidia.com/gpu"
+# NeuronCores a tensor-parallel rank can run on, per Neuron device (instance family): 2 per
+# Inferentia2 chip; 4 logical per Trainium2 chip at LNC=2 (8 physical), as the trn2 serving runs.
+NEURON_CORES_PER_DEVICE = {"inf2": 2, "trn2": 4}
 
 
 @dataclass(frozen=True)

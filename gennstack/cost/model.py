@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from gennstack.config import GenNStackConfig
 from gennstack.cost.prices import HOURS_PER_MONTH, Price, PriceError, PriceTable
-from gennstack.instances import INSTANCE_TYPES, family, pool_limits
+from gennstack.instances import INSTANCE_TYPES, NEURON_CORES_PER_DEVICE, family, pool_limits
 from gennstack.serving.fit import layout as serving_layout
 
 # Root volumes of the EC2NodeClasses (constructs/node_pools.py _ROOT_VOLUME; a test keeps them equal):
@@ -100,17 +100,12 @@ class Breakdown:
         return [p for items in self.groups.values() for i in items for p in i.prices]
 
 
-# NeuronCores a replica's tensor-parallel ranks run on, per Neuron device: 2 per Inferentia2 chip,
-# 4 logical (LNC=2) per Trainium2 chip (gennstack/serving/config.py).
-CORES_PER_DEVICE = {"inf2": 2, "trn2": 4}
-
-
 def replicas_per_node(generation: str, instance_type: str, width: int = 1) -> int:
     """Serving replicas one node holds. Neuron: 1 when its cores hold the ``width`` (TP degree) ranks, else 0 (a
     replica takes every device of its node). g6e: GPUs // ``width`` (GPUs per replica)."""
     devices = INSTANCE_TYPES[instance_type].accelerators
-    if generation in CORES_PER_DEVICE:
-        return 1 if devices * CORES_PER_DEVICE[generation] >= width else 0
+    if generation in NEURON_CORES_PER_DEVICE:
+        return 1 if devices * NEURON_CORES_PER_DEVICE[generation] >= width else 0
     return devices // width
 
 

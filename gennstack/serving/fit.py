@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gennstack.config_base import ConfigError
-from gennstack.instances import INSTANCE_TYPES
+from gennstack.instances import INSTANCE_TYPES, NEURON_CORES_PER_DEVICE
 from gennstack.serving.capacity import MODELS, CapacityError, Layout, Plan, check, plan
 from gennstack.serving.config import ServingConfig
 from gennstack.serving.scaling import check_nodes_admit
@@ -52,14 +52,14 @@ def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
     its accelerators' memory, for the model it serves."""
     inf2, trn2, g6e = generations.inf2, generations.trn2, generations.g6e
     if inf2.enabled:
-        cores = min(INSTANCE_TYPES[t].accelerators for t in inf2.instance_types) * 2
+        cores = min(INSTANCE_TYPES[t].accelerators for t in inf2.instance_types) * NEURON_CORES_PER_DEVICE["inf2"]
         if serving.inf2.tensor_parallel_size > cores:
             raise ConfigError(
                 f"serving.inf2.tensor_parallel_size: got {serving.inf2.tensor_parallel_size}; allowed: at most the "
                 f"{cores} NeuronCores of the smallest type in generations.inf2.instance_types {list(inf2.instance_types)}"
             )
     if trn2.enabled:
-        cores = min(INSTANCE_TYPES[t].accelerators for t in trn2.instance_types) * 4
+        cores = min(INSTANCE_TYPES[t].accelerators for t in trn2.instance_types) * NEURON_CORES_PER_DEVICE["trn2"]
         if serving.trn2.tensor_parallel_size > cores:
             raise ConfigError(
                 f"serving.trn2.tensor_parallel_size: got {serving.trn2.tensor_parallel_size}; allowed: at most the "
