@@ -13,6 +13,7 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
 from gennstack import versions
+from gennstack.instances import SYSTEM_ROOT_VOLUME_GIB
 from gennstack.config import ClusterConfig
 from gennstack.deploy_warnings import NO_ADMIN
 
@@ -261,10 +262,6 @@ class Cluster(Construct):
                 "assumable only by eks.amazonaws.com.",
             )
         )
-
-
-# The system nodes' root volume: the AL2023 EKS AMI's default size, encrypted gp3.
-SYSTEM_ROOT_VOLUME_GIB = 20
 
 
 def system_node_launch_template(scope: Construct, construct_id: str) -> ec2.LaunchTemplate:

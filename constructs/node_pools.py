@@ -13,7 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
 from gennstack import versions
 from gennstack.config import GenerationConfig, GenNStackConfig
-from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, pool_limits
+from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, ROOT_VOLUMES, pool_limits
 
 # NodePool names by generation; the interruption handler and the serving charts refer to them.
 POOL_NAMES = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
@@ -25,16 +25,6 @@ RESERVED_SUFFIX = "-reserved"
 # not), then spot, on-demand only when neither can be had.
 RESERVED_WEIGHT, SPOT_WEIGHT, ON_DEMAND_WEIGHT = 100, 50, 10
 
-# Root volumes. inf2 has no instance store, so its root volume also holds the model cache
-# (Llama 3 70B in BF16 is ~140 GB) and gets more throughput; trn2 and g6e keep models on RAID0 NVMe.
-_ROOT_VOLUME = {
-    "general": {"volumeSize": "100Gi", "iops": 3000, "throughput": 125},
-    "inf2": {"volumeSize": "600Gi", "iops": 16000, "throughput": 1000},
-    "trn2": {"volumeSize": "200Gi", "iops": 6000, "throughput": 500},
-    "g6e": {"volumeSize": "200Gi", "iops": 6000, "throughput": 500},
-}
-
-
 def node_class(
     *, name: str, generation: str | None, instance_types: tuple[str, ...], cluster_name: str, node_role: str,
     security_group_id: str, tags: dict[str, str], capacity_reservation_ids: tuple[str, ...] = (),
@@ -45,7 +35,8 @@ def node_class(
     instance types by itself. ``instanceStorePolicy: RAID0`` turns local NVMe (trn2, g6e) into the
     node's ephemeral storage, where images and model copies go.
     """
-    volume = _ROOT_VOLUME[generation or "general"]
+    gib, iops, mbps = ROOT_VOLUMES[generation or "general"]  # gennstack/instances.py
+    volume = {"volumeSize": f"{gib}Gi", "iops": iops, "throughput": mbps}
     has_nvme = bool(instance_types) and all(INSTANCE_TYPES[t].nvme_gb > 0 for t in instance_types)
     discovery = {"karpenter.sh/discovery": cluster_name}
     spec: dict[str, Any] = {

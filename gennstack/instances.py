@@ -15,6 +15,19 @@ NVIDIA_GPU = "nvidia.com/gpu"
 # Inferentia2 chip; 4 logical per Trainium2 chip at LNC=2 (8 physical), as the trn2 serving runs.
 NEURON_CORES_PER_DEVICE = {"inf2": 2, "trn2": 4}
 
+# Root volumes of the EC2NodeClasses, gp3 (GiB, IOPS, MB/s), by pool. inf2 has no instance store,
+# so its root volume also holds the model cache (Llama 3 70B in BF16 is ~140 GB) and gets more
+# throughput; trn2 and g6e keep models on RAID0 NVMe. constructs/node_pools.py builds the node
+# classes from these, gennstack.cost prices them.
+ROOT_VOLUMES: dict[str, tuple[int, int, int]] = {
+    "general": (100, 3000, 125),
+    "inf2": (600, 16000, 1000),
+    "trn2": (200, 6000, 500),
+    "g6e": (200, 6000, 500),
+}
+# The system node group's root volume: the AL2023 EKS AMI's default size, encrypted gp3 at its baseline.
+SYSTEM_ROOT_VOLUME_GIB = 20
+
 
 @dataclass(frozen=True)
 class InstanceSpec:

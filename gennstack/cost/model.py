@@ -29,19 +29,10 @@ from dataclasses import dataclass, field
 
 from gennstack.config import GenNStackConfig
 from gennstack.cost.prices import HOURS_PER_MONTH, Price, PriceError, PriceTable
-from gennstack.instances import INSTANCE_TYPES, NEURON_CORES_PER_DEVICE, family, pool_limits
+from gennstack.instances import (INSTANCE_TYPES, NEURON_CORES_PER_DEVICE, ROOT_VOLUMES, SYSTEM_ROOT_VOLUME_GIB, family,
+                                 pool_limits)
 from gennstack.serving.fit import layout as serving_layout
 
-# Root volumes of the EC2NodeClasses (constructs/node_pools.py _ROOT_VOLUME; a test keeps them equal):
-# (GiB, IOPS, MB/s) of gp3.
-ROOT_VOLUMES: dict[str, tuple[int, int, int]] = {
-    "general": (100, 3000, 125),
-    "inf2": (600, 16000, 1000),
-    "trn2": (200, 6000, 500),
-    "g6e": (200, 6000, 500),
-}
-# The system node group's root volume (constructs/cluster.py SYSTEM_ROOT_VOLUME_GIB), gp3 at its baseline.
-SYSTEM_ROOT_VOLUME_GIB = 20
 # gen1-inf2's Ray head and its GCS Redis run on one on-demand general-pool node: requests of
 # 2 + 0.5 (autoscaler) + 0.25 (Redis) = 2.75 vCPU and 8 + 0.5 + 1 = 9.5 GiB (the serving chart's
 # values), so a 4 vCPU / 16 GiB size; Karpenter picks the cheapest that fits, priced as m7i.xlarge.

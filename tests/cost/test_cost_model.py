@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gennstack.config import load_config
-from gennstack.cost.model import ROOT_VOLUMES, SYSTEM_ROOT_VOLUME_GIB, hourly_cost, per_million
+from gennstack.cost.model import hourly_cost, per_million
+from gennstack.instances import ROOT_VOLUMES, SYSTEM_ROOT_VOLUME_GIB
 from gennstack.cost.prices import load_table
 from gennstack.cost.report import seed_baseline
 from tests.support import _merged_defaults
@@ -121,12 +122,17 @@ def test_seed_baseline_from_its_own_figures() -> None:
 
 
 def test_root_volumes_are_the_node_classes() -> None:
-    """The cost model's volume figures are constructs/node_pools.py's and constructs/cluster.py's."""
-    from constructs import cluster, node_pools
+    """The volumes the cost model prices are the ones the node classes and the system launch template
+    get: both read gennstack/instances.py (constructs/node_pools.py node_class, constructs/cluster.py)."""
+    from constructs import node_pools
 
-    assert {k: (int(v["volumeSize"].removesuffix("Gi")), v["iops"], v["throughput"]) for k, v in node_pools._ROOT_VOLUME.items()} \
-        == ROOT_VOLUMES
-    assert cluster.SYSTEM_ROOT_VOLUME_GIB == SYSTEM_ROOT_VOLUME_GIB
+    for generation, (gib, iops, mbps) in ROOT_VOLUMES.items():
+        spec = node_pools.node_class(name="x", generation=None if generation == "general" else generation,
+                                     instance_types=(), cluster_name="c", node_role="r", security_group_id="sg", tags={})
+        (mapping,) = spec["spec"]["blockDeviceMappings"]
+        assert mapping["ebs"] == {"volumeType": "gp3", "encrypted": True, "deleteOnTermination": True,
+                                  "volumeSize": f"{gib}Gi", "iops": iops, "throughput": mbps}
+    assert SYSTEM_ROOT_VOLUME_GIB == 20
 
 
 def test_a_neuron_replica_needs_a_node_with_cores_for_its_tp_degree() -> None:
