@@ -7,75 +7,30 @@ Each server runs in its own process, so its fixed streaming schedule does not sh
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from tests.support import ROOT
+from gennstack.bench.mockserver import MockProcess, start_process
 
-
-class MockServer:
-    def __init__(self, proc: subprocess.Popen, base_url: str) -> None:
-        self.proc = proc
-        self.base_url = base_url
-
-    def stats(self) -> dict:
-        """The server's own count of requests by outcome."""
-        with urllib.request.urlopen(self.base_url.removesuffix("/v1") + "/stats", timeout=10) as resp:
-            return json.loads(resp.read())
-
-    @property
-    def port(self) -> int:
-        return int(self.base_url.removesuffix("/v1").rsplit(":", 1)[1])
-
-    def doom(self, warning_in_s: float, gone_after_s: float, *, drain: bool = False) -> dict:
-        """Doomed mode through the server's API: a warning ``warning_in_s`` from now, gone ``gone_after_s`` later;
-        ``drain``: ``/health`` fails from the warning on (gennstack/bench/mockserver.py)."""
-        body = json.dumps({"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "drain": drain}).encode()
-        request = urllib.request.Request(self.base_url.removesuffix("/v1") + "/doom", data=body, method="POST",
-                                         headers={"content-type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as resp:
-            return json.loads(resp.read())
-
-    def kill(self) -> None:
-        """Die at once, as a spot-reclaimed node would."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+MockServer = MockProcess
 
 
 @contextmanager
 def mock_servers() -> Iterator[Callable[..., MockServer]]:
-    """Yields ``start(*flags)``, which starts a server on a free port; all are stopped on exit."""
-    started: list[subprocess.Popen] = []
+    """Yields ``start(*flags, host=..., port=...)``, which starts a server (a free port by default);
+    all are stopped on exit."""
+    started: list[MockServer] = []
 
-    def start(*flags: str) -> MockServer:
-        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gennstack.bench.mockserver", "--port", "0", *flags],
-            stdout=subprocess.PIPE, text=True, env=env,
-        )
-        started.append(proc)
-        line = proc.stdout.readline()
-        match = re.search(r"(http://\S+/v1)", line)
-        assert match, f"mock server did not start: {line!r}"
-        return MockServer(proc, match.group(1))
+    def start(*flags: str, host: str = "127.0.0.1", port: int = 0) -> MockServer:
+        server = start_process(*flags, host=host, port=port)
+        started.append(server)
+        return server
 
     try:
         yield start
     finally:
-        for proc in started:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        for server in started:
+            server.stop()
 
 
 class RecordingServer:
@@ -127,3 +82,20 @@ class RecordingServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def stream_chat(base_url: str, model: str, max_tokens: int, *, timeout_s: float = 30) -> tuple[str, int, bool]:
+    """One streaming chat completion: ``("ok", content chunks, ended with [DONE])`` or ``("error", repr, False)``."""
+    import urllib.request
+
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": True,
+                       "max_tokens": max_tokens}).encode()
+    request = urllib.request.Request(base_url + "/chat/completions", data=body, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
+            text = resp.read().decode()
+    except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+        return ("error", repr(exc), False)
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    content = sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content"))
+    return ("ok", content, text.rstrip().endswith("data: [DONE]"))

@@ -200,3 +200,30 @@ def test_kuberay_owns_the_inf2_service_selector() -> None:
     from gennstack import versions
 
     assert versions.KUBERAY_OPERATOR.version == "1.7.0"
+
+
+@pytest.mark.slow
+def test_the_local_drill_serves_the_charts_service_and_pods(rendered: dict) -> None:
+    """gennstack drill --local and tests/lambdas/test_drain_routing_e2e.py stand in for the cluster with
+    gennstack.drill.local's Service and pods: the same selector, pod labels and name as the charts."""
+    from gennstack.drill.local import ROUTABLE_LABEL, replica_pods, service_for
+    from gennstack.gateway.config import GatewayConfig, routing_table
+    from gennstack.gateway.values import gateway_chart_values
+    from lambdas.interruption_handler.drain import ROUTABLE_LABEL as HANDLER_LABEL
+
+    gateway = GatewayConfig()
+    assert ROUTABLE_LABEL == HANDLER_LABEL == ROUTABLE
+    drained = {m: b for m, b in gateway.models.items() if ("Service", b.service) in rendered}  # not KubeRay's gen1-inf2
+    assert sorted(b.service for b in drained.values()) == ["gen2-trn2", "gen3-g6e"]
+    for model, backend in drained.items():
+        service = service_for(model, gateway)
+        chart_service = rendered[("Service", backend.service)]
+        assert chart_service["spec"]["clusterIP"] == "None"
+        assert service.selector == chart_service["spec"]["selector"]
+        pod_labels = rendered[("Deployment", backend.service)]["spec"]["template"]["metadata"]["labels"]
+        [pod] = replica_pods(model, [type("Replica", (), {"host": "127.0.0.2"})()], gateway)
+        assert pod["metadata"]["labels"].items() <= pod_labels.items()
+        assert pod["metadata"]["labels"].items() >= service.selector.items()
+        values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k")
+        hosts = {b["name"]: b["host"] for b in values["backends"]}
+        assert service.hostname == hosts[model] == f"{chart_service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"

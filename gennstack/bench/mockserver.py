@@ -43,12 +43,17 @@ import argparse
 import asyncio
 import json
 import math
+import os
+import re
 import signal
+import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 _REASONS = {
     200: "OK",
@@ -478,6 +483,81 @@ def run(args: argparse.Namespace) -> int:
         return 2
     asyncio.run(serve(settings, args.host, args.port, args.model_name))
     return 0
+
+
+class MockProcess:
+    """A mock server running as its own process (``python -m gennstack.bench.mockserver``), so its
+    fixed streaming schedule does not share an event loop with the client under test and it can be
+    killed mid-load; :func:`start_process` starts one."""
+
+    def __init__(self, proc: subprocess.Popen[str], base_url: str) -> None:
+        self.proc = proc
+        self.base_url = base_url
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.base_url).hostname or ""
+
+    @property
+    def port(self) -> int:
+        return int(urlsplit(self.base_url).port or 0)
+
+    def _call(self, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base_url.removesuffix("/v1") + path, data=data,
+                                         method="GET" if body is None else "POST",
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def stats(self) -> dict:
+        """The server's own count of requests by outcome (``/stats``)."""
+        return self._call("/stats")
+
+    def doom(self, warning_in_s: float, gone_after_s: float, *, drain: bool = False) -> dict:
+        """Doomed mode: a warning ``warning_in_s`` from now, gone ``gone_after_s`` later (``POST /doom``)."""
+        return self._call("/doom", {"warning_in_s": warning_in_s, "gone_after_s": gone_after_s, "drain": drain})
+
+    def kill(self) -> None:
+        """Die at once, as a spot-reclaimed node would."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def start_process(*flags: str, host: str = "127.0.0.1", port: int = 0) -> MockProcess:
+    """Start a mock server process on ``host:port`` (0: a free port) with ``flags`` (this module's
+    command line); returns once it listens. Raises RuntimeError with its output if it does not."""
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=package_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gennstack.bench.mockserver", *flags, "--host", host, "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"listening on (http://\S+/v1)", line)
+    if not match:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        rest = line + proc.stdout.read()
+        proc.stdout.close()
+        raise RuntimeError(f"mock server on {host}:{port} did not start: {rest.strip()!r}")
+    return MockProcess(proc, match.group(1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,10 @@ bench's own result in ``bench/``, whose timeline carries the drill's events as m
 
 Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
 or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
+
+``--local`` runs the drill on this machine instead, without AWS: mock replicas of the generation's
+model behind the local gateway, one of them warned and then gone, once with drain routing and once
+without (gennstack/drill/local.py); it writes ``comparison.md`` and each run's bench result.
 """
 
 from __future__ import annotations
@@ -260,6 +264,47 @@ def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float
     raise DrillError(f"experiment {experiment_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; check it in the FIS console")
 
 
+def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
+              now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> int:
+    """``gennstack drill --local``: drain routing on against off, on this machine."""
+    from gennstack.cli_config import read_config
+    from gennstack.drill.local import LocalDrillError, LocalDrillSettings, run_local_drill
+
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    try:
+        config = read_config(Path(args.cdk_json), args.config)
+    except ConfigError as exc:
+        print(f"gennstack drill: {exc}", file=err)
+        return 2
+    generation = args.generation or "g6e"
+    models = [name for name, backend in config.gateway.models.items() if backend.generation == generation]
+    if not models:
+        print(f"gennstack drill --local: --generation {generation}: no model in gateway.models is served by it", file=err)
+        return 2
+    settings = LocalDrillSettings(model=models[0], replicas=args.replicas, concurrency=args.concurrency,
+                                  duration_s=args.duration, warning_at_s=args.warning_at, gone_after_s=args.gone_after,
+                                  dns_ttl_s=args.dns_ttl)
+    try:
+        settings.check()
+    except LocalDrillError as exc:
+        print(f"gennstack drill --local: {exc}", file=err)
+        return 2
+    output = Path(args.output_dir or Path("drill-results") / f"{now():%Y%m%dT%H%M%SZ}-local-{generation}")
+    output.mkdir(parents=True, exist_ok=True)
+    try:
+        run_local_drill(settings, output, gateway=config.gateway, out=out)
+    except LocalDrillError as exc:
+        print(f"gennstack drill --local: {exc}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        print("gennstack drill --local: interrupted", file=err)
+        return 130
+    print("", file=out)
+    print((output / "comparison.md").read_text(encoding="utf-8"), file=out)
+    print(f"results: {output}", file=out)
+    return 0
+
+
 def run(
     args: argparse.Namespace,
     *,
@@ -273,7 +318,12 @@ def run(
 ) -> int:
     from gennstack.cli_config import read_config, resolve_region
 
+    if args.local:
+        return run_local(args, stdout=stdout, stderr=stderr, now=now)
     out, err = stdout or sys.stdout, stderr or sys.stderr
+    if args.generation is None:
+        print("gennstack drill: --generation is required (or --local for a drill on this machine)", file=err)
+        return 2
     try:
         config = read_config(Path(args.cdk_json), args.config)
     except ConfigError as exc:
@@ -327,7 +377,8 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--generation", required=True, choices=GENERATION_NAMES, help="whose spot NodePool to interrupt")
+    parser.add_argument("--generation", choices=GENERATION_NAMES,
+                        help="whose spot NodePool to interrupt (required in AWS; with --local, whose model to serve, default g6e)")
     parser.add_argument("--nodes", type=int, default=1, help="how many running spot nodes (1 to drills.max_nodes; default: %(default)s)")
     parser.add_argument("--bench-args", metavar="ARGS",
                         help="run `gennstack bench ARGS` meanwhile, e.g. --bench-args=\"--base-url https://GATEWAY/v1 --model gennstack-default "
@@ -340,4 +391,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help="cdk.json to read (default: %(default)s)")
     parser.add_argument("--region", help="region (default: the config's region, else your profile's)")
     parser.add_argument("--profile", help="AWS profile to use (default: the environment's credentials)")
+    local = parser.add_argument_group("--local: a drill on this machine, drain routing on against off (no AWS)")
+    local.add_argument("--local", action="store_true", help="run the local drill instead of an AWS FIS experiment")
+    local.add_argument("--replicas", type=int, default=2, help="mock replicas of the model, one doomed (default: %(default)s)")
+    local.add_argument("--concurrency", type=int, default=16, help="bench concurrency (default: %(default)s)")
+    local.add_argument("--duration", type=int, default=30, help="bench seconds per run (default: %(default)s)")
+    local.add_argument("--warning-at", type=float, default=10.0, metavar="SECONDS",
+                       help="the doomed replica's warning, after the bench reaches it (default: %(default)s)")
+    local.add_argument("--gone-after", type=float, default=12.0, metavar="SECONDS",
+                       help="the doomed replica is gone this long after its warning (AWS: 120; default: %(default)s)")
+    local.add_argument("--dns-ttl", type=int, default=1, metavar="SECONDS",
+                       help="TTL of the Service's DNS answer (CoreDNS's default: 5; default: %(default)s)")
     parser.set_defaults(func=run)

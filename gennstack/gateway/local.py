@@ -72,19 +72,20 @@ class Endpoint:
     port: int
 
     @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        """``http://host:port`` or ``http://host:port/v1`` (the gateway forwards ``/v1/...`` unchanged)."""
+    def parse(cls, url: str, *, resolve: bool = True) -> Endpoint:
+        """``http://host:port`` or ``http://host:port/v1`` (the gateway forwards ``/v1/...`` unchanged).
+        ``resolve``: a host name becomes its IPv4 address now; without, it is kept for Envoy to resolve."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise EndpointError(f"{url!r}: use http://HOST:PORT[/v1] (the local gateway speaks plain HTTP to backends)")
         if parts.path.rstrip("/") not in ("", "/v1"):
             raise EndpointError(f"{url!r}: the path must be empty or /v1 (requests keep their /v1/... path)")
-        return cls(_resolve(parts.hostname, url), parts.port or 80)
+        return cls(_resolve(parts.hostname, url) if resolve else parts.hostname, parts.port or 80)
 
 
 def _resolve(host: str, url: str) -> str:
-    """An IPv4 address for ``host`` (resolved once, at start: the clusters are STATIC, because Envoy's
-    STRICT_DNS re-resolves each endpoint on its own and does not keep per-locality weights in step)."""
+    """An IPv4 address for ``host``, resolved once, at start (the STATIC clusters; with a
+    ``dns_resolver`` Envoy resolves the names itself, as in the cluster)."""
     import ipaddress
     import socket
 
@@ -116,6 +117,11 @@ class LocalSettings:
     outlier_interval_s: float = 1.0
     health_timeout_s: float = 1.0
     retry_base_interval_s: float = 0.05
+    # (address, port) of a DNS server for the backends' host names, the cluster's CoreDNS (for
+    # example gennstack.drill.service_dns.ServiceDNS): each backend URL is then one STRICT_DNS
+    # endpoint that Envoy re-resolves as Envoy Gateway makes it (a headless Service's name, all its
+    # pods' addresses); None: names resolved once at start, STATIC clusters.
+    dns_resolver: tuple[str, int] | None = None
 
 
 MAX_PARALLEL_RETRIES = 1024
@@ -209,7 +215,7 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
     ]
     return {
         "name": f"route-{index}",
-        "type": "STATIC",
+        **_discovery(settings),
         "connect_timeout": _duration(settings.connect_timeout_s),
         # Envoy Gateway v1.8.3's default (internal/xds/translator/cluster.go, no loadBalancer set):
         # least_request with locality-weighted localities.
@@ -257,6 +263,39 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
     }
 
 
+# Envoy Gateway v1.8.3's DNS settings for a Backend's fqdn endpoints (internal/xds/translator/cluster.go,
+# buildXdsCluster, the default branch): STRICT_DNS, refreshed every 30 s or at the records' TTL, IPv4
+# preferred (computeDNSLookupFamily without a DNS policy).
+EG_DNS_REFRESH_S = 30
+EG_DNS_LOOKUP_FAMILY = "V4_PREFERRED"
+
+
+def _discovery(settings: LocalSettings) -> dict[str, Any]:
+    """How a cluster finds its hosts. Either way ``ignore_health_on_host_removal``, which Envoy Gateway
+    v1.8.3 sets on every cluster (cluster.go buildXdsCluster): a host that leaves service discovery is
+    removed at once, even while its health checks pass (Envoy's default keeps it until they fail), so
+    a drained pod stops taking new requests while the streams it holds go on."""
+    if settings.dns_resolver is None:
+        return {"type": "STATIC", "ignore_health_on_host_removal": True}
+    address, port = settings.dns_resolver
+    return {
+        "type": "STRICT_DNS",
+        "ignore_health_on_host_removal": True,
+        "dns_refresh_rate": _duration(EG_DNS_REFRESH_S),
+        "respect_dns_ttl": True,
+        "dns_lookup_family": EG_DNS_LOOKUP_FAMILY,
+        "typed_dns_resolver_config": {
+            "name": "envoy.network.dns_resolver.cares",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.network.dns_resolver.cares.v3.CaresDnsResolverConfig",
+                "resolvers": [{"socket_address": {"address": address, "port_value": port}}],
+                "use_resolvers_as_fallback": False,
+                "dns_resolver_options": {"no_default_search_domain": True},
+            },
+        },
+    }
+
+
 def _api_key_filter(settings: LocalSettings) -> dict[str, Any]:
     """What Envoy Gateway v1.8.3 makes of the chart's SecurityPolicy apiKeyAuth
     (internal/xds/translator/api_key_auth.go): credentials, the Authorization header as the key
@@ -293,7 +332,7 @@ def _rate_limit_filter(requests: int, interval_s: float, clients: Sequence[str])
     return {"name": "envoy.filters.http.local_ratelimit", "typed_config": config}
 
 
-def _endpoint_lists(endpoints: Mapping[str, str | Sequence[str]]) -> dict[str, tuple[Endpoint, ...]]:
+def _endpoint_lists(endpoints: Mapping[str, str | Sequence[str]], *, resolve: bool = True) -> dict[str, tuple[Endpoint, ...]]:
     parsed: dict[str, tuple[Endpoint, ...]] = {}
     for name, urls in endpoints.items():
         urls = [urls] if isinstance(urls, str) else list(urls)
@@ -302,7 +341,7 @@ def _endpoint_lists(endpoints: Mapping[str, str | Sequence[str]]) -> dict[str, t
         if len(urls) > MAX_HOSTS_PER_BACKEND:
             raise EndpointError(f"endpoints.{name}: {len(urls)} URLs; at most {MAX_HOSTS_PER_BACKEND} "
                                 "(a model's replicas in the cluster)")
-        hosts = tuple(Endpoint.parse(url) for url in urls)
+        hosts = tuple(Endpoint.parse(url, resolve=resolve) for url in urls)
         if len(set(hosts)) != len(hosts):
             raise EndpointError(f"endpoints.{name}: {urls} lists one address twice")
         parsed[name] = hosts
@@ -319,7 +358,7 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[
     unknown = sorted(set(endpoints) - set(table.backends))
     if unknown:
         raise EndpointError(f"no model named {unknown} in the routing table; known: {sorted(table.backends)}")
-    parsed = _endpoint_lists(endpoints)
+    parsed = _endpoint_lists(endpoints, resolve=settings.dns_resolver is None)
     routes = []
     for route in table.routes:
         kept = tuple(b for b in route.backends if b.backend in parsed)

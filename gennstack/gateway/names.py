@@ -47,3 +47,9 @@ def collisions(names: list[str], to_name) -> dict[str, list[str]]:
     for name in names:
         by_name.setdefault(to_name(name), []).append(name)
     return {k8s: sorted(sources) for k8s, sources in by_name.items() if len(sources) > 1}
+
+
+def backend_host(service: str, serving_namespace: str) -> str:
+    """The name a model's Backend resolves: its headless Service in the serving namespace (the
+    serving chart's ``vllm-servers.yaml``), whose DNS answer is the routable pods' addresses."""
+    return f"{service}.{serving_namespace}.svc.cluster.local"

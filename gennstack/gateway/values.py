@@ -11,7 +11,7 @@ from typing import Any
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR,
                                              local_reply_config)
-from gennstack.gateway.names import GATEWAY_RELEASE, backend_object_name, rule_name
+from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
@@ -130,7 +130,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             {
                 "name": name,
                 "objectName": backend_object_name(name),
-                "host": f"{backend.service}.{gateway.serving_namespace}.svc.cluster.local",
+                "host": backend_host(backend.service, gateway.serving_namespace),
                 "port": backend.port,
             }
             for name, backend in table.backends.items()

@@ -36,7 +36,7 @@ def test_timeline_of_a_doomed_replica_and_its_replacement(mock_server, tmp_path)
         doomed.doom(warning_in_s=3.0, gone_after_s=1.0)
         assert doomed.proc.wait(timeout=15) == 0
         time.sleep(1.5)
-        mock_server(*schedule, "--port", str(doomed.port))  # listening when start() returns
+        mock_server(*schedule, port=doomed.port)  # listening when start() returns
         with events.open("a", encoding="utf-8") as fh:
             stamp = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
             fh.write(json.dumps({"time": stamp, "event": "replacement_ready", "source": "test"}) + "\n")

