@@ -72,3 +72,35 @@ def test_memory_tables_are_the_capacity_model_of_the_default_config() -> None:
     block = "<!-- capacity:start -->\n" + markdown_table(plans(config.generations, config.serving)) + "\n<!-- capacity:end -->"
     for doc in (README, (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")):
         assert block in doc, "memory table is stale: regenerate it from gennstack.serving.capacity.markdown_table"
+
+
+def test_readme_local_drill_report_is_the_commands_output_and_says_what_the_drill_test_asserts() -> None:
+    """The block between the local-drill markers is `gennstack drill --local`'s comparison.md at the default
+    schedule (same text around the numbers), and its rows obey what tests/gateway/test_gateway_drill_e2e.py
+    asserts of every run: drain on loses nothing and the doomed replica takes nothing after leaving
+    rotation; drain off breaks the streams it held and loses nothing else."""
+    from gennstack.drill.local import LocalDrillSettings, RunResult, comparison_markdown
+
+    block = README.split("<!-- local-drill:start -->\n", 1)[1].split("\n<!-- local-drill:end -->", 1)[0]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in block.splitlines() if line.startswith(("| on ", "| off "))]
+    assert [row[0] for row in cells] == ["on", "off"]
+
+    def run(row: list[str]) -> RunResult:
+        completed, started = (int(n) for n in row[5].split(" of "))
+        number = lambda text: None if text == "n/a" else float(text.removesuffix(" s"))  # noqa: E731
+        return RunResult(drain=row[0] == "on", requests_lost=int(row[1]), broken_streams=int(row[2]), failures_by_class={},
+                         baseline_tok_s=None, seconds_below_50pct=number(row[7]), time_to_recover_95_s=number(row[8]),
+                         doomed_new_requests_after_warning=int(row[3]),
+                         doomed_new_requests_after_out_of_rotation=None if row[4] == "n/a" else int(row[4]),
+                         doomed_streams_started=started, doomed_streams_completed=completed,
+                         label_to_out_of_rotation_s=number(row[6]))
+
+    on, off = (run(row) for row in cells)
+    assert comparison_markdown(LocalDrillSettings(), [on, off]).strip() == block.strip()
+    settings = LocalDrillSettings()
+    assert (on.requests_lost, on.broken_streams, on.doomed_new_requests_after_out_of_rotation, on.seconds_below_50pct) == (0, 0, 0, 0)
+    assert on.doomed_streams_completed == on.doomed_streams_started > 0
+    assert 0 < on.label_to_out_of_rotation_s <= settings.dns_ttl_s + 1
+    assert 1 <= off.broken_streams == off.requests_lost <= settings.concurrency
+    assert off.doomed_new_requests_after_warning > 3 * on.doomed_new_requests_after_warning
+    assert off.time_to_recover_95_s is not None and off.time_to_recover_95_s <= 3

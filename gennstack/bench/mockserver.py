@@ -27,8 +27,9 @@ closes, every open connection is closed at once, as when a process is killed (st
 are cut mid-way, without ``[DONE]``), and ``gennstack bench mock-server`` exits. Between warning
 and gone it serves as usual, as a node does unless something drains it. With ``--doomed-drain``
 (``"drain": true``) its ``/health`` answers 503 from the warning on while it keeps serving whatever
-reaches it: the local stand-in for drain routing, which a gateway's active health check turns into
-"no new requests" (in a cluster the pod leaves the Service's endpoints instead; docs/spot-drills.md).
+reaches it, which a gateway's active health check turns into "no new requests" (drain routing
+itself takes the pod out of its Service's DNS answer instead: ``gennstack drill --local``,
+docs/spot-drills.md). :class:`MockProcess` and :func:`start_process` run a server as a process.
 With ``--events-file``, the warning and the gone moment are appended as ``interruption_warning``
 and ``replica_gone`` lines in the format of ``gennstack drill``'s ``drill-events.jsonl``.
 ``/stats`` reports ``doomed`` (the schedule) and ``chat_requests_after_warning``.

@@ -9,7 +9,9 @@ the cluster's Envoy Gateway + AI Gateway:
   unknown models and paths get the AI Gateway's own 404 texts; streaming chat completions get
   ``stream_options.include_usage`` as the AI Gateway adds it;
 * **one Envoy cluster per route**, each backend a locality (one host per URL, like one per pod of a
-  headless Service) with its ``priority`` and ``load_balancing_weight`` (the shape the AI Gateway's
+  headless Service; or, with ``LocalSettings.dns_resolver``, each URL's host name resolved by Envoy
+  at that DNS server as Envoy Gateway resolves an fqdn Backend, every address a host) with its
+  ``priority`` and ``load_balancing_weight`` (the shape the AI Gateway's
   extension server gives a rule's cluster), balanced as Envoy Gateway does by default (least
   request, locality-weighted), with the overprovisioning factor and panic threshold shared with
   the cluster (:mod:`gennstack.gateway.envoy_common`): the failover rules of docs/gateway.md;
