@@ -99,3 +99,14 @@ def stream_chat(base_url: str, model: str, max_tokens: int, *, timeout_s: float 
     chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
     content = sum(1 for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content"))
     return ("ok", content, text.rstrip().endswith("data: [DONE]"))
+
+
+def wait_arrived(replicas: list[MockServer], count: int, timeout_s: float = 10) -> int:
+    """Until ``count`` chat requests have reached ``replicas`` together; returns the first one's share."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while (seen := [r.stats()["chat_requests"] for r in replicas]) and sum(seen) < count:
+        assert time.monotonic() < deadline, f"{seen} of {count} requests arrived"
+        time.sleep(0.02)
+    return seen[0]

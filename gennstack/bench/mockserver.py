@@ -31,7 +31,9 @@ reaches it, which a gateway's active health check turns into "no new requests" (
 itself takes the pod out of its Service's DNS answer instead: ``gennstack drill --local``,
 docs/spot-drills.md). :class:`MockProcess` and :func:`start_process` run a server as a process.
 With ``--events-file``, the warning and the gone moment are appended as ``interruption_warning``
-and ``replica_gone`` lines in the format of ``gennstack drill``'s ``drill-events.jsonl``.
+and ``replica_gone`` lines in the format of ``gennstack drill``'s ``drill-events.jsonl`` (the gone
+line carries the server's final ``chat_requests``, ``chat_requests_after_warning`` and
+``completed_streams``).
 ``/stats`` reports ``doomed`` (the schedule) and ``chat_requests_after_warning``.
 
 The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import math
 import os
@@ -49,6 +52,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -201,7 +205,10 @@ class MockServer:
         self._event("interruption_warning", gone_after_s=gone_after_s)
         await asyncio.sleep(gone_after_s)
         self.stats.doomed["gone"] = True
-        self._event("replica_gone")
+        # its last counts go with the event: nobody can ask /stats once it is gone
+        self._event("replica_gone", chat_requests=self.stats.chat_requests,
+                    chat_requests_after_warning=self.stats.chat_requests_after_warning,
+                    completed_streams=self.stats.completed_streams)
         self._go()
 
     def _event(self, event: str, **fields) -> None:
@@ -494,6 +501,17 @@ class MockProcess:
     def __init__(self, proc: subprocess.Popen[str], base_url: str) -> None:
         self.proc = proc
         self.base_url = base_url
+        # Keep reading its output (the last lines kept for errors): a pipe nobody reads fills up and
+        # blocks the server at its next print.
+        self.output: collections.deque[str] = collections.deque(maxlen=100)
+        self._reader = threading.Thread(target=self._read_output, daemon=True)
+        self._reader.start()
+
+    def _read_output(self) -> None:
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for line in self.proc.stdout:
+                self.output.append(line.rstrip("\n"))
 
     @property
     def host(self) -> str:
@@ -533,8 +551,7 @@ class MockProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self._reader.join(timeout=10)
 
 
 def start_process(*flags: str, host: str = "127.0.0.1", port: int = 0) -> MockProcess:

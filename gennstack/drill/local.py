@@ -152,8 +152,8 @@ class LocalDrillSettings:
             problems.append("concurrency and max_tokens must be >= 1, warmup >= 0")
         if self.ttft_s < 0 or self.itl_s < 0:
             problems.append("ttft and itl must be >= 0")
-        if not 0 <= self.dns_ttl_s <= 3600:
-            problems.append(f"dns_ttl_s {self.dns_ttl_s}: allowed 0 to 3600")
+        if not 1 <= self.dns_ttl_s <= 3600:
+            problems.append(f"dns_ttl_s {self.dns_ttl_s}: allowed 1 to 3600 (Envoy re-resolves a TTL of 0 only every 30 s)")
         stream_s = self.stream_s
         if self.warning_at_s <= self.warmup_s:
             problems.append(f"warning_at_s {self.warning_at_s} must come after the {self.warmup_s} s warm-up (no baseline otherwise)")
@@ -234,35 +234,38 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
     flags = ("--ttft", str(settings.ttft_s), "--itl", str(settings.itl_s), "--model-name", settings.model,
              "--events-file", str(events_path))
     service = service_for(settings.model, gateway)
-    with start_replicas(settings.replicas, *flags) as replicas:
-        doomed = replicas[0]
-        pods = replica_pods(settings.model, replicas, gateway)
-        doomed_pod = pods[0]
-        with ServiceDNS([service], lambda: pods, ttl_s=settings.dns_ttl_s) as dns:
-            bootstrap = envoy_bootstrap(
-                routing_table(gateway), {settings.model: f"http://{service.hostname}:{doomed.port}/v1"}, gateway,
-                LocalSettings(listen_port=0, admin_port=0, rate_limit_requests=0, dns_resolver=dns.address))
-            with LocalGateway.start(bootstrap) as gw:
-                gw.wait_healthy(expect={f"{r.host}:{r.port}": True for r in replicas})
-                log.add("drill_start", f"local drill, drain routing {'on' if drain else 'off'}: {settings.replicas} replicas of "
-                        f"{settings.model}, {doomed.host} doomed", drain=drain, replicas=settings.replicas)
-                bench_log = (folder / "bench.log").open("w", encoding="utf-8")
-                bench = subprocess.Popen(_bench_argv(settings, gw.base_url, folder / "bench", events_path),
-                                         stdout=bench_log, stderr=subprocess.STDOUT)
-                try:
-                    result = _drive(settings, drain=drain, gw=gw, doomed=doomed, doomed_pod=doomed_pod, bench=bench, log=log)
-                    code = bench.wait(timeout=settings.duration_s + 120)
-                finally:
-                    if bench.poll() is None:
-                        bench.kill()
-                        bench.wait()
-                    bench_log.close()
-                log.add("drill_end", f"bench exited {code}", exit_code=code)
-                if code != 0:
-                    raise LocalDrillError(f"the bench exited {code}; see {folder / 'bench.log'}")
+    try:
+        with start_replicas(settings.replicas, *flags) as replicas:
+            doomed = replicas[0]
+            pods = replica_pods(settings.model, replicas, gateway)
+            with ServiceDNS([service], lambda: pods, ttl_s=settings.dns_ttl_s) as dns:
+                bootstrap = envoy_bootstrap(
+                    routing_table(gateway), {settings.model: f"http://{service.hostname}:{doomed.port}/v1"}, gateway,
+                    LocalSettings(listen_port=0, admin_port=0, rate_limit_requests=0, dns_resolver=dns.address))
+                with LocalGateway.start(bootstrap) as gw:
+                    gw.wait_healthy(expect={f"{r.host}:{r.port}": True for r in replicas})
+                    log.add("drill_start", f"local drill, drain routing {'on' if drain else 'off'}: {settings.replicas} "
+                            f"replicas of {settings.model}, {doomed.host} doomed", drain=drain, replicas=settings.replicas)
+                    with (folder / "bench.log").open("w", encoding="utf-8") as bench_log:
+                        bench = subprocess.Popen(_bench_argv(settings, gw.base_url, folder / "bench", events_path),
+                                                 stdout=bench_log, stderr=subprocess.STDOUT)
+                        try:
+                            drained = _drive(settings, drain=drain, gw=gw, doomed=doomed, doomed_pod=pods[0], bench=bench, log=log)
+                            code = bench.wait(timeout=settings.duration_s + 120)
+                        finally:
+                            if bench.poll() is None:
+                                bench.kill()
+                                bench.wait()
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:  # URLError and TimeoutError are OSErrors
+        raise LocalDrillError(f"the {'drain-on' if drain else 'drain-off'} run failed: {exc}") from exc
+    log.add("drill_end", f"bench exited {code}", exit_code=code)
+    if code != 0:
+        raise LocalDrillError(f"the bench exited {code}; see {folder / 'bench.log'}")
+    gone = _gone_counts(events_path)
     level = json.loads((folder / "bench" / "result.json").read_text(encoding="utf-8"))["levels"][0]
     timeline = level["timeline"]
     totals = timeline["totals"]
+    at_out = drained["requests_at_out_of_rotation"]
     return RunResult(
         drain=drain,
         requests_lost=totals["requests_lost"],
@@ -271,41 +274,50 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
         baseline_tok_s=totals["baseline_tok_s"],
         seconds_below_50pct=totals["seconds_below_50pct"],
         time_to_recover_95_s=totals["time_to_recover_95_s"],
+        doomed_new_requests_after_warning=gone["chat_requests_after_warning"],
+        doomed_new_requests_after_out_of_rotation=None if at_out is None else gone["chat_requests"] - at_out,
+        doomed_streams_started=gone["chat_requests"],
+        doomed_streams_completed=gone["completed_streams"],
+        label_to_out_of_rotation_s=drained["label_to_out_of_rotation_s"],
         markers=list(timeline["markers"]),
-        **result,
     )
+
+
+# After Envoy's admin page shows a host removed, how long until every worker thread has the update
+# (the cluster manager posts it to them): requests that reach the replica before then were sent
+# before the workers knew.
+OUT_OF_ROTATION_GRACE_S = 0.25
 
 
 def _drive(settings: LocalDrillSettings, *, drain: bool, gw: LocalGateway, doomed: MockProcess, doomed_pod: dict,
            bench: subprocess.Popen, log: EventWriter) -> dict[str, Any]:
-    """From the bench's first request at the doomed replica to just before it is gone."""
+    """From the bench's first request at the doomed replica to the drain having taken effect (if on)."""
     _wait(lambda: doomed.stats()["chat_requests"] > 0 or bench.poll() is not None, 60, "the bench's first request")
     if bench.poll() is not None:
         raise LocalDrillError(f"the bench exited {bench.returncode} before it sent a request")
     doomed.doom(settings.warning_at_s, settings.gone_after_s)
-    warned_at = time.monotonic() + settings.warning_at_s
-    time.sleep(settings.warning_at_s)
+    # the drain follows the replica's own warning (its clock), as the handler follows EC2's
+    _wait(lambda: doomed.stats()["doomed"]["warned"], settings.warning_at_s + 30, "the doomed replica's warning")
+    if not drain:
+        return {"requests_at_out_of_rotation": None, "label_to_out_of_rotation_s": None}
     doomed_host = f"{doomed.host}:{doomed.port}"
-    label_to_out: float | None = None
-    after_out: int | None = None
-    if drain:
-        doomed_pod["metadata"]["labels"][ROUTABLE_LABEL] = "false"
-        log.add("drained", f"{doomed_pod['metadata']['name']}: {ROUTABLE_LABEL}=false", pod=doomed_pod["metadata"]["name"])
-        label_to_out = _wait(lambda: doomed_host not in gw.host_health(), settings.dns_ttl_s + 5, "Envoy dropping the drained pod")
-        at_out = doomed.stats()["chat_requests"]
-        log.add("out_of_rotation", f"the gateway dropped {doomed_host} ({label_to_out:.2f} s after the label)",
-                seconds_after_label=round(label_to_out, 3))
-    time.sleep(max(0.0, warned_at + settings.gone_after_s - 0.3 - time.monotonic()))
-    stats = doomed.stats()
-    if drain:
-        after_out = stats["chat_requests"] - at_out
-    return {
-        "doomed_new_requests_after_warning": stats["chat_requests_after_warning"],
-        "doomed_new_requests_after_out_of_rotation": after_out,
-        "doomed_streams_started": stats["chat_requests"],
-        "doomed_streams_completed": stats["completed_streams"],
-        "label_to_out_of_rotation_s": None if label_to_out is None else round(label_to_out, 3),
-    }
+    doomed_pod["metadata"]["labels"][ROUTABLE_LABEL] = "false"
+    log.add("drained", f"{doomed_pod['metadata']['name']}: {ROUTABLE_LABEL}=false", pod=doomed_pod["metadata"]["name"])
+    label_to_out = _wait(lambda: doomed_host not in gw.host_health(), settings.dns_ttl_s + 5, "Envoy dropping the drained pod")
+    log.add("out_of_rotation", f"the gateway dropped {doomed_host} ({label_to_out:.2f} s after the label)",
+            seconds_after_label=round(label_to_out, 3))
+    time.sleep(OUT_OF_ROTATION_GRACE_S)
+    return {"requests_at_out_of_rotation": doomed.stats()["chat_requests"], "label_to_out_of_rotation_s": round(label_to_out, 3)}
+
+
+def _gone_counts(events_path: Path) -> dict[str, int]:
+    """The doomed replica's final counts, from its ``replica_gone`` line (gennstack.bench.mockserver)."""
+    for line in events_path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        if record.get("event") == "replica_gone" and record.get("source") == "mock-server":
+            return {key: int(record[key]) for key in ("chat_requests", "chat_requests_after_warning", "completed_streams")}
+    raise LocalDrillError(f"the doomed replica never reported being gone in {events_path}: the bench ended first "
+                          "(lengthen --duration)")
 
 
 def run_local_drill(settings: LocalDrillSettings, output: Path, *, gateway: GatewayConfig | None = None,

@@ -12,7 +12,8 @@ selector asks for ``"true"``, so the pods drop out of the answer and Envoy remov
 :class:`ServiceDNS` plays the EndpointSlice controller and CoreDNS together for the local gateway:
 a DNS server on 127.0.0.1 (dnslib's, UDP and TCP) that answers each Service's name with the
 ``status.podIP`` of every pod, read from ``pods()`` at the time of the query, whose labels match the
-Service's selector and that is not being deleted. What it leaves out: the controller's own delay
+Service's selector and that is not being deleted; a Service with no such pod gets NXDOMAIN, as from
+CoreDNS. What it leaves out: the controller's own delay
 (about a second in a cluster, none here), readiness (a pod here is always ready; drain routing does
 not touch readiness) and ports (STRICT_DNS takes the port from the Backend, as here).
 """
@@ -20,6 +21,7 @@ not touch readiness) and ports (STRICT_DNS takes the port from the Backend, as h
 from __future__ import annotations
 
 import ipaddress
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -72,18 +74,23 @@ class _Resolver(BaseResolver):
         self._services = {name.rstrip(".").lower(): service for name, service in services.items()}
         self._pods = pods
         self._ttl = ttl_s
+        self._lock = threading.Lock()
         self.queries = 0
 
     def resolve(self, request: Any, handler: Any) -> Any:
-        self.queries += 1
+        with self._lock:
+            self.queries += 1
         reply = request.reply()
         name = str(request.q.qname).rstrip(".").lower()
         service = self._services.get(name)
-        if service is None:
+        addresses = [] if service is None else service_addresses(service.selector, self._pods())
+        if not addresses:
+            # CoreDNS's kubernetes plugin answers a headless Service without ready endpoints as it
+            # answers an unknown name: NXDOMAIN.
             reply.header.rcode = RCODE.NXDOMAIN
             return reply
         if request.q.qtype in (QTYPE.A, QTYPE.ANY):
-            for address in service_addresses(service.selector, self._pods()):
+            for address in addresses:
                 reply.add_answer(RR(request.q.qname, QTYPE.A, rdata=A(address), ttl=self._ttl))
         # AAAA and other types: the name exists, no records of that type (NOERROR, empty answer).
         return reply
@@ -94,18 +101,28 @@ class ServiceDNS:
     local gateway ``dns.address`` as its resolver (``LocalSettings.dns_resolver``)."""
 
     def __init__(self, services: Iterable[Service], pods: Callable[[], Iterable[Pod]], *,
-                 ttl_s: int = COREDNS_DEFAULT_TTL_S) -> None:
-        if not 0 <= ttl_s <= 3600:
-            raise ValueError(f"ttl_s {ttl_s}: allowed 0 to 3600 (CoreDNS's range)")
+                 ttl_s: int = COREDNS_DEFAULT_TTL_S, attempts: int = 5) -> None:
+        if not 1 <= ttl_s <= 3600:
+            raise ValueError(f"ttl_s {ttl_s}: allowed 1 to 3600 (CoreDNS allows 0, but Envoy's STRICT_DNS cluster "
+                             "re-resolves a TTL of 0 only at dns_refresh_rate, 30 s under Envoy Gateway)")
         services = list(services)
         names = [s.hostname.rstrip(".").lower() for s in services]
         if len(set(names)) != len(names):
             raise ValueError(f"services {names}: a name is given twice")
         self.resolver = _Resolver({s.hostname: s for s in services}, pods, ttl_s)
         quiet = DNSLogger(log="-request,-reply,-truncated,-error,-recv,-send,-data", prefix=False)
-        self._udp = DNSServer(self.resolver, address="127.0.0.1", port=0, logger=quiet)
-        port = self._udp.server.server_address[1]
-        self._tcp = DNSServer(self.resolver, address="127.0.0.1", port=port, tcp=True, logger=quiet)
+        for _ in range(attempts):  # UDP and TCP on one port: the TCP bind can find the UDP port taken
+            udp = DNSServer(self.resolver, address="127.0.0.1", port=0, logger=quiet)
+            port = udp.server.server_address[1]
+            try:
+                tcp = DNSServer(self.resolver, address="127.0.0.1", port=port, tcp=True, logger=quiet)
+            except OSError:
+                udp.server.server_close()
+                continue
+            break
+        else:
+            raise OSError(f"no port free for both UDP and TCP on 127.0.0.1 in {attempts} attempts")
+        self._udp, self._tcp = udp, tcp
         self.address = ("127.0.0.1", port)
 
     def start(self) -> ServiceDNS:

@@ -24,7 +24,7 @@ from gennstack.drill.local import ROUTABLE_LABEL, replica_pods, service_for, sta
 from gennstack.drill.service_dns import ServiceDNS
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.local import EG_DNS_REFRESH_S, LocalGateway, LocalSettings, envoy_bootstrap
-from tests.mock_llm import stream_chat
+from tests.mock_llm import stream_chat, wait_arrived
 
 pytestmark = [pytest.mark.slow]
 
@@ -94,8 +94,7 @@ def test_a_pod_labelled_unroutable_takes_no_new_request_and_its_streams_finish(t
             threads = [threading.Thread(target=_stream, args=(gw.base_url, 60, results, i)) for i in range(6)]
             for thread in threads:
                 thread.start()
-            time.sleep(0.5)
-            held = doomed.stats()["chat_requests"]
+            held = wait_arrived(replicas, 6)
             assert held >= 1, "no stream reached the doomed replica"
             pods[0]["metadata"]["labels"][ROUTABLE_LABEL] = "false"
             removed_after = _wait_addresses(gw, {survivor.host}, timeout_s=TTL_S + 2.0)
@@ -140,3 +139,27 @@ def test_without_ignore_health_on_host_removal_a_healthy_removed_host_keeps_its_
                 for i in range(10):
                     _stream(gw.base_url, 2, more, i)
                 assert doomed.stats()["chat_requests"] > before
+
+
+@pytest.mark.timing
+def test_draining_the_last_pod_empties_the_cluster_and_its_return_waits_for_the_refresh_rate() -> None:
+    """Why the interruption handler never drains a generation's last serving replica: with no ready pod
+    the Service's name is NXDOMAIN (CoreDNS's kubernetes plugin), Envoy's c-ares resolver takes that as an
+    empty answer and removes every host, and a STRICT_DNS cluster re-resolves an empty answer only at
+    ``dns_refresh_rate`` (30 s under Envoy Gateway), not at the TTL (envoy
+    source/extensions/clusters/strict_dns/strict_dns_cluster.cc, startResolve: the TTL is used only for a
+    non-empty response). So the model is dark from the drain, and a replacement stays unseen for up to
+    30 s more."""
+    with start_replicas(1, "--ttft", "0.01", "--itl", "0.01") as replicas:
+        (only,) = replicas
+        pods = replica_pods(MODEL, replicas)
+        service = service_for(MODEL)
+        with ServiceDNS([service], lambda: pods, ttl_s=TTL_S) as dns, \
+                LocalGateway.start(_bootstrap(service.hostname, only.port, dns)) as gw:
+            gw.wait_healthy(expect={f"{only.host}:{only.port}": True})
+            pods[0]["metadata"]["labels"][ROUTABLE_LABEL] = "false"
+            _wait_addresses(gw, set(), timeout_s=TTL_S + 2.0)
+            assert stream_chat(gw.base_url, MODEL, 2)[0] == "error"  # 503: no host at all
+            pods[0]["metadata"]["labels"][ROUTABLE_LABEL] = "true"
+            time.sleep(3 * TTL_S + 0.5)  # three TTLs later Envoy has not asked again
+            assert _addresses(gw) == set()

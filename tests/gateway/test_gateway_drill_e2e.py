@@ -58,8 +58,9 @@ def test_drain_on_nothing_is_lost_and_the_doomed_replica_takes_no_new_request(dr
     settings, run = drill["settings"], _run(drill, True)
     marks = {m["event"]: m["t_s"] for m in run["markers"]}
     assert set(marks) == {"interruption_warning", "drained", "out_of_rotation", "replica_gone"}
-    assert marks["drained"] == pytest.approx(marks["interruption_warning"], abs=0.1)
-    assert marks["replica_gone"] - marks["interruption_warning"] == pytest.approx(settings["gone_after_s"], abs=0.2)
+    # the drill drains when it sees the replica's own warning (polled), as the handler follows EC2's
+    assert 0 <= marks["drained"] - marks["interruption_warning"] <= 0.5
+    assert marks["replica_gone"] - marks["interruption_warning"] == pytest.approx(settings["gone_after_s"], abs=0.5)
     assert 0 < run["label_to_out_of_rotation_s"] <= settings["dns_ttl_s"] + 1.0
     assert run["doomed_new_requests_after_out_of_rotation"] == 0
     assert run["doomed_streams_completed"] == run["doomed_streams_started"] > 0

@@ -29,7 +29,7 @@ from gennstack.gateway.config import routing_table
 from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 from tests.lambdas.fake_kubernetes import Deployment, FakeKubernetes
 from tests.lambdas.lambda_support import NAMESPACE, LambdaContext, load_event
-from tests.mock_llm import stream_chat
+from tests.mock_llm import stream_chat, wait_arrived
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
@@ -79,8 +79,7 @@ def test_a_spot_warning_through_the_handler_drains_the_replica_in_the_real_gatew
                            for i in range(6)]
                 for thread in threads:
                     thread.start()
-                time.sleep(0.5)
-                held = doomed.stats()["chat_requests"]
+                held = wait_arrived(replicas, 6)
                 assert held >= 1, "no stream reached the doomed replica"
 
                 started = time.monotonic()
