@@ -82,8 +82,8 @@ def service_for(model: str, gateway: GatewayConfig | None = None) -> Service:
 
 
 def replica_pods(model: str, replicas: Sequence[MockProcess], gateway: GatewayConfig | None = None) -> list[dict[str, Any]]:
-    """One Pod (the fields ServiceDNS and the handler read) per replica, each on its own node, labelled as the
-    serving chart labels its server pods."""
+    """One Ready Pod (the fields ServiceDNS and the handler read) per replica, each on its own node,
+    labelled as the serving chart labels its server pods."""
     gateway = gateway or GatewayConfig()
     service = gateway.models[model].service
     return [
@@ -91,7 +91,7 @@ def replica_pods(model: str, replicas: Sequence[MockProcess], gateway: GatewayCo
             "metadata": {"name": f"{service}-local-{i}", "namespace": gateway.serving_namespace,
                          "labels": {NAME_LABEL: service, COMPONENT_LABEL: SERVER_COMPONENT, ROUTABLE_LABEL: "true"}},
             "spec": {"nodeName": f"local-node-{i}"},
-            "status": {"podIP": replica.host},
+            "status": {"podIP": replica.host, "conditions": [{"type": "Ready", "status": "True"}]},
         }
         for i, replica in enumerate(replicas)
     ]

@@ -11,8 +11,8 @@ selector asks for ``"true"``, so the pods drop out of the answer and Envoy remov
 
 :class:`ServiceDNS` plays the EndpointSlice controller and CoreDNS together for the local gateway:
 a DNS server on 127.0.0.1 (dnslib's, UDP and TCP) that answers each Service's name with the
-``status.podIP`` of every pod, read from ``pods()`` at the time of the query, whose labels match the
-Service's selector and that is not being deleted; a Service with no such pod gets NXDOMAIN, as from
+``status.podIP`` of every Ready pod, read from ``pods()`` at the time of the query, whose labels match
+the Service's selector and that is not being deleted; a Service with no such pod gets NXDOMAIN, as from
 CoreDNS. What it leaves out: the controller's own delay
 (about a second in a cluster, none here), readiness (a pod here is always ready; drain routing does
 not touch readiness) and ports (STRICT_DNS takes the port from the Backend, as here).
@@ -44,13 +44,23 @@ def selector_matches(selector: Mapping[str, str], labels: Mapping[str, str] | No
     return bool(selector) and all(labels.get(key) == value for key, value in selector.items())
 
 
+def pod_ready(pod: Pod) -> bool:
+    """The pod's ``Ready`` condition is ``"True"``. Kubernetes v1.36,
+    ``staging/src/k8s.io/endpointslice/utils.go`` ``podToEndpoint``: ``ready :=
+    service.Spec.PublishNotReadyAddresses || (serving && !terminating)`` with ``serving`` the pod's
+    Ready condition and ``terminating`` its deletionTimestamp (the serving chart does not publish
+    not-ready addresses); only ready endpoints are in a headless Service's answer."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 def service_addresses(selector: Mapping[str, str], pods: Iterable[Pod]) -> list[str]:
-    """The addresses the Service's name resolves to: matching pods with an IPv4 ``status.podIP``,
+    """The addresses the Service's name resolves to: matching Ready pods with an IPv4 ``status.podIP``,
     not being deleted, in pod-name order."""
     found = []
     for pod in sorted(pods, key=lambda p: str((p.get("metadata") or {}).get("name", ""))):
         metadata = pod.get("metadata") or {}
-        if metadata.get("deletionTimestamp") or not selector_matches(selector, metadata.get("labels")):
+        if metadata.get("deletionTimestamp") or not selector_matches(selector, metadata.get("labels")) or not pod_ready(pod):
             continue
         ip = (pod.get("status") or {}).get("podIP")
         if isinstance(ip, str):

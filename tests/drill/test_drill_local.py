@@ -18,8 +18,9 @@ from tests.support import ROOT
 SELECTOR = {"app.kubernetes.io/name": "gen3-g6e", "app.kubernetes.io/component": "server", "gennstack.io/routable": "true"}
 
 
-def pod(name: str, ip: str | None, **labels: str) -> dict:
-    return {"metadata": {"name": name, "labels": {**SELECTOR, **labels}}, "status": {"podIP": ip} if ip else {}}
+def pod(name: str, ip: str | None, *, ready: bool = True, **labels: str) -> dict:
+    status = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return {"metadata": {"name": name, "labels": {**SELECTOR, **labels}}, "status": {**status, "podIP": ip} if ip else status}
 
 
 def test_selector_is_equality_on_every_key_and_empty_selects_nothing() -> None:
@@ -29,11 +30,12 @@ def test_selector_is_equality_on_every_key_and_empty_selects_nothing() -> None:
     assert not selector_matches({}, SELECTOR) and not selector_matches(SELECTOR, None)
 
 
-def test_addresses_are_matching_pods_with_an_ip_not_being_deleted() -> None:
+def test_addresses_are_matching_ready_pods_with_an_ip_not_being_deleted() -> None:
     deleting = pod("d", "127.0.0.5")
     deleting["metadata"]["deletionTimestamp"] = "2026-11-30T12:00:00Z"
     pods = [pod("b", "127.0.0.3"), pod("a", "127.0.0.2"), pod("c", "127.0.0.4", **{"gennstack.io/routable": "false"}),
-            deleting, pod("e", None), pod("f", "fe80::1")]
+            deleting, pod("e", None), pod("f", "fe80::1"), pod("g", "127.0.0.6", ready=False),
+            {"metadata": {"name": "h", "labels": SELECTOR}, "status": {"podIP": "127.0.0.7"}}]
     assert service_addresses(SELECTOR, pods) == ["127.0.0.2", "127.0.0.3"]
 
 
