@@ -35,7 +35,7 @@ from typing import Any, TextIO
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gennstack.config import ConfigError, GenNStackConfig
+from gennstack.config import GenNStackConfig
 from gennstack.config_base import GENERATION_NAMES
 from gennstack.drill.templates import template_tags
 
@@ -267,14 +267,12 @@ def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float
 def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
               now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> int:
     """``gennstack drill --local``: drain routing on against off, on this machine."""
-    from gennstack.cli_config import read_config
+    from gennstack.cli_config import command_config
     from gennstack.drill.local import LocalDrillError, LocalDrillSettings, run_local_drill
 
     out, err = stdout or sys.stdout, stderr or sys.stderr
-    try:
-        config = read_config(Path(args.cdk_json), args.config)
-    except ConfigError as exc:
-        print(f"gennstack drill: {exc}", file=err)
+    config = command_config(args, command="drill", err=err)
+    if config is None:
         return 2
     generation = args.generation or "g6e"
     models = [name for name, backend in config.gateway.models.items() if backend.generation == generation]
@@ -316,7 +314,7 @@ def run(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    from gennstack.cli_config import read_config, resolve_region
+    from gennstack.cli_config import command_config, resolve_region
 
     if args.local:
         return run_local(args, stdout=stdout, stderr=stderr, now=now)
@@ -324,10 +322,8 @@ def run(
     if args.generation is None:
         print("gennstack drill: --generation is required (or --local for a drill on this machine)", file=err)
         return 2
-    try:
-        config = read_config(Path(args.cdk_json), args.config)
-    except ConfigError as exc:
-        print(f"gennstack drill: {exc}", file=err)
+    config = command_config(args, command="drill", err=err)
+    if config is None:
         return 2
     if args.generation not in config.generations.enabled():
         print(f"gennstack drill: --generation {args.generation}: not enabled in the config (enabled: {list(config.generations.enabled())})", file=err)

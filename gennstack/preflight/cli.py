@@ -12,13 +12,11 @@ import argparse
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, TextIO
 
 from botocore.exceptions import BotoCoreError
 
-from gennstack.cli_config import read_config, resolve_region
-from gennstack.config import ConfigError
+from gennstack.cli_config import command_config, resolve_region
 from gennstack.preflight.aws import ClientFactory, session_clients
 from gennstack.preflight.checks import Context, run_preflight
 from gennstack.preflight.report import as_json, exit_code, table
@@ -46,10 +44,8 @@ def run(
 ) -> int:
     """The command. Tests pass ``make_clients`` returning Stubber-wrapped clients and a fixed ``now``."""
     out, err = stdout or sys.stdout, stderr or sys.stderr
-    try:
-        config = read_config(Path(args.cdk_json), args.config)
-    except ConfigError as exc:
-        print(f"gennstack preflight: {exc}", file=err)
+    config = command_config(args, command="preflight", err=err)
+    if config is None:
         return 2
     if make_session is None:
         import boto3
