@@ -1,6 +1,6 @@
 """A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale, and for
 listing nodes and pods (equality label selectors, the ``spec.nodeName`` field selector) and
-merge-patching a pod's labels.
+merge-patching a pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
 
 It authenticates like EKS would (a ``k8s-aws-v1.`` token whose presigned STS URL is correctly signed
 for this cluster, else 401), keeps each Deployment's replicas and resourceVersion, honours the
