@@ -56,7 +56,8 @@ READY = "Ready"  # the pod condition (k8s.io/api core/v1 PodReady)
 @dataclass
 class Routing:
     """What one call changed: pods set to ``value``, pods already so, pods gone meanwhile, and pods
-    left routable because draining them would have left their Service with no serving pod."""
+    a drain left as they were (``kept``) because draining them would have left their Service with no
+    serving pod."""
 
     value: str
     changed: list[str] = field(default_factory=list)
