@@ -7,9 +7,11 @@ What runs where: the Kubernetes API is ``tests/lambdas/fake_kubernetes.py`` (HTT
 token's SigV4 signature verified) in this process, stamping each request as its headers arrive with
 ``time.perf_counter_ns()``; EC2 and DynamoDB are moto in this process (their time is included, no
 network round trip to AWS is). The work per sample: DescribeInstances, a conditional PutItem that
-succeeds, the node list, the pod list, one PATCH per serving pod on the node (``--pods``), then the
-warm spare's scan, GET and PATCH (after the drain, so not in the measured span). Between samples
-(untimed) the record is deleted, the pods relabelled ``"true"`` and the warm spare set back.
+succeeds, the node list, the pod list (the generation's serving pods on every node: ``--pods`` on the
+doomed node and one Ready on another, so the last-replica guard lets the drain happen), one PATCH per
+serving pod on the doomed node, then the warm spare's scan, GET and PATCH (after the drain, so not in
+the measured span). Between samples (untimed) the record is deleted, the pods relabelled ``"true"``
+and the warm spare set back.
 
 It excludes EventBridge delivery, Lambda's runtime, VPC networking and real round trips to EC2,
 DynamoDB and the EKS API server; Lambda at 256 MB has less CPU than this machine. The real figure is
@@ -130,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 sink.truncate()
                 pod_patches = [t for method, path, t in fake.arrivals if method == "PATCH" and "/pods/" in path]
                 assert len(pod_patches) == args.pods and result["results"][0]["drained_pods"], result
+                assert not result["results"][0]["kept_pods"], result
                 spans_ms.append((max(pod_patches) - started) / 1e6)
     finally:
         fake.stop()

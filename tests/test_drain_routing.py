@@ -148,6 +148,9 @@ def test_services_select_only_routable_pods_and_deployments_do_not(rendered: dic
     service = rendered[("Service", name)]["spec"]
     deployment = rendered[("Deployment", name)]["spec"]
     assert service["selector"][ROUTABLE] == "true"
+    # the handler's guard counts a pod as in the DNS answer only when Ready: true while the Service does
+    # not publish not-ready addresses (k8s.io/endpointslice podToEndpoint: ready = publishNotReady || ...)
+    assert "publishNotReadyAddresses" not in service
     pod_labels = deployment["template"]["metadata"]["labels"]
     assert pod_labels[ROUTABLE] == "true" and pod_labels.items() >= service["selector"].items()
     # the ReplicaSet keeps owning a drained pod: its selector never names the routing label
@@ -191,6 +194,21 @@ def test_envoy_gateway_contract_is_the_pinned_version() -> None:
     assert versions.ENVOY_GATEWAY.version == "v1.8.3"
     doc = (ROOT / "docs" / "spot-drills.md").read_text(encoding="utf-8")
     for claim in ("STRICT_DNS", "`dns_refresh_rate` 30 s", "`respect_dns_ttl: true`", "`ignore_health_on_host_removal: true`", "v1.8.3"):
+        assert claim in doc, claim
+
+
+def test_coredns_contract_is_the_pinned_version() -> None:
+    """coredns v1.14.7 (the EKS add-on build GenNStack pins): ``plugin/kubernetes/object/endpoint.go``
+    keeps an EndpointSlice endpoint only when ``endpointsliceReady(Conditions.Ready)``, and
+    ``plugin/kubernetes/kubernetes.go`` ``findServices`` starts from ``errNoItems`` and clears it only
+    when it adds an address of a headless Service: no ready endpoint, NXDOMAIN. That is why the
+    handler never drains a generation's last serving pod (lambdas/interruption_handler/drain.py,
+    tests/lambdas/test_interruption_drain.py); a new CoreDNS must be re-read before this passes."""
+    from gennstack import versions
+
+    assert versions.KUBERNETES["1.36"].addons["coredns"].startswith("v1.14.7-")
+    doc = (ROOT / "docs" / "spot-drills.md").read_text(encoding="utf-8")
+    for claim in ("NXDOMAIN", "plugin/kubernetes/kubernetes.go", "strict_dns_cluster.cc", "`KeptPods`"):
         assert claim in doc, claim
 
 

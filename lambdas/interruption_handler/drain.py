@@ -21,6 +21,20 @@ Converging: the reconciler drains every node of an active record whose signals d
 that is not so: drained pods whose node has no such record any more (a rebalance recommendation that
 never became an interruption gives its capacity back when its record expires, ``RECORD_TTL_SECONDS``)
 and pods without the label (created before the chart had it; the Service would skip them).
+
+The last replica stays: a drain never leaves a generation's Service without a serving pod, one that
+is routable, Ready, not being deleted and not on a node being drained (``is_serving``). Without one
+the doomed node's pods are left routable and reported as ``kept``, and the reconciler drains them at
+a later run, once another replica is Ready. Draining the last one would not move its requests
+anywhere: CoreDNS (coredns v1.14.7 ``plugin/kubernetes/kubernetes.go``) answers a headless Service
+with no ready endpoint NXDOMAIN, Envoy's c-ares resolver takes NXDOMAIN as a successful empty answer
+and removes every host, and its STRICT_DNS cluster re-resolves an empty answer only after
+``dns_refresh_rate`` (30 s; the record TTL applies to non-empty answers only,
+``source/extensions/clusters/strict_dns/strict_dns_cluster.cc``): the model would answer 503 until
+then, or until the record expires for a rebalance that never became an interruption.
+
+One pod list per drain: the generation's serving pods (the ``DRAIN_ON`` selector, no field
+selector), split by ``spec.nodeName`` here.
 """
 
 from __future__ import annotations
@@ -36,16 +50,20 @@ from .settings import Drain
 ROUTABLE_LABEL = "gennstack.io/routable"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 NODES_PATH = "/api/v1/nodes"
+READY = "Ready"  # the pod condition (k8s.io/api core/v1 PodReady)
 
 
 @dataclass
 class Routing:
-    """What one call changed: pods set to ``value``, pods already so, pods gone meanwhile."""
+    """What one call changed: pods set to ``value``, pods already so, pods gone meanwhile, and pods
+    a drain left as they were (``kept``) because draining them would have left their Service with no
+    serving pod."""
 
     value: str
     changed: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
 
 
 def pods_path(namespace: str) -> str:
@@ -71,19 +89,44 @@ def pool_nodes(kube: KubeClient, pool: str) -> dict[str, str]:
     return found
 
 
-def set_routing(kube: KubeClient, *, namespace: str, drain: Drain, node: str, routable: bool,
-                only: Iterable[dict[str, Any]] | None = None) -> Routing:
-    """Set ``gennstack.io/routable`` on the serving pods of ``node`` (or on ``only``); idempotent."""
+def node_of(pod: dict[str, Any]) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName")
+
+
+def is_serving(pod: dict[str, Any]) -> bool:
+    """In its Service's DNS answer: routable, Ready and not being deleted.
+
+    The EndpointSlice controller marks a pod's endpoint ready only when its ``Ready`` condition is
+    ``"True"`` and it has no ``deletionTimestamp`` (the serving Services do not publish not-ready
+    addresses), and CoreDNS answers a headless Service with its ready endpoints only."""
+    metadata = pod.get("metadata") or {}
+    if (metadata.get("labels") or {}).get(ROUTABLE_LABEL) != "true" or metadata.get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(isinstance(c, dict) and c.get("type") == READY and c.get("status") == "True" for c in conditions)
+
+
+def drain_nodes(kube: KubeClient, *, namespace: str, pods: list[dict[str, Any]], nodes: set[str]) -> Routing:
+    """Drain the serving pods on ``nodes`` (``pods``: all the generation's serving pods) unless that
+    would leave the Service without a serving pod: then leave them routable, as ``kept``."""
+    doomed = [pod for pod in pods if node_of(pod) in nodes]
+    if any(is_serving(pod) for pod in pods if node_of(pod) not in nodes):
+        return set_routing(kube, namespace=namespace, node=",".join(sorted(nodes)), routable=False, pods=doomed)
+    result = Routing("false")
+    for pod in doomed:
+        name = _name(pod, namespace=namespace, node=node_of(pod))
+        labelled = ((pod.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL)
+        (result.unchanged if labelled == "false" else result.kept).append(name)
+    return result
+
+
+def set_routing(kube: KubeClient, *, namespace: str, node: str, routable: bool, pods: Iterable[dict[str, Any]]) -> Routing:
+    """Set ``gennstack.io/routable`` on ``pods`` (``node``: for error context); idempotent."""
     value = "true" if routable else "false"
-    pods = list(only) if only is not None else kube.list_items(
-        pods_path(namespace), label_selector=drain.pods, field_selector=f"spec.nodeName={node}"
-    )
     result = Routing(value)
     for pod in pods:
         metadata = pod.get("metadata") or {}
-        name = metadata.get("name")
-        if not isinstance(name, str):
-            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "a pod without metadata.name", namespace=namespace, node=node)
+        name = _name(pod, namespace=namespace, node=node)
         if (metadata.get("labels") or {}).get(ROUTABLE_LABEL) == value:
             result.unchanged.append(name)
             continue
@@ -93,44 +136,50 @@ def set_routing(kube: KubeClient, *, namespace: str, drain: Drain, node: str, ro
             if error.reason is Reason.KUBE_NOT_FOUND:  # deleted between the list and the patch
                 result.gone.append(name)
                 continue
-            error.context.update(pod=name, node=node)
+            error.context.update(pod=name, node=node_of(pod) or node)
             raise
         result.changed.append(name)
     return result
 
 
 def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, instance_id: str) -> tuple[str | None, Routing]:
-    """Take the serving pods on ``instance_id``'s node out of load balancing. ``(None, empty)``: no node."""
+    """Take the serving pods on ``instance_id``'s node out of load balancing, unless they are the
+    generation's last serving pods (then ``kept``). ``(None, empty)``: no node."""
     node = next((name for name, instance in pool_nodes(kube, pool).items() if instance == instance_id), None)
     if node is None:
         return None, Routing("false")
-    return node, set_routing(kube, namespace=namespace, drain=drain, node=node, routable=False)
+    pods = kube.list_items(pods_path(namespace), label_selector=drain.pods)
+    return node, drain_nodes(kube, namespace=namespace, pods=pods, nodes={node})
 
 
 def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str],
                   recheck: Callable[[], set[str]] | None = None) -> tuple[Routing, Routing]:
-    """Drain every node of ``doomed_instances``; restore drained pods on any other node. (drained, restored).
+    """Drain every node of ``doomed_instances`` (unless no serving pod would remain elsewhere: then
+    ``kept``); restore drained pods on any other node. (drained, restored).
 
     ``recheck`` returns the doomed instances again, read just before restoring: pods on a node doomed
     since ``doomed_instances`` was read stay drained."""
     nodes = pool_nodes(kube, pool)
     doomed_nodes = {name for name, instance in nodes.items() if instance in doomed_instances}
-    drained = Routing("false")
-    for node in sorted(doomed_nodes):
-        part = set_routing(kube, namespace=namespace, drain=drain, node=node, routable=False)
-        drained.changed += part.changed
-        drained.unchanged += part.unchanged
-        drained.gone += part.gone
+    pods = kube.list_items(pods_path(namespace), label_selector=drain.pods)
+    drained = drain_nodes(kube, namespace=namespace, pods=pods, nodes=doomed_nodes)
     # Every serving pod not on a doomed node should be routable: drained pods whose node lives on, and
     # pods without the label (created before the chart had it, which the Service would otherwise skip).
     stale = [
-        pod for pod in kube.list_items(pods_path(namespace), label_selector=drain.pods)
+        pod for pod in pods
         if ((pod.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL) != "true"
-        and (pod.get("spec") or {}).get("nodeName") not in doomed_nodes
+        and node_of(pod) not in doomed_nodes
         and not (pod.get("metadata") or {}).get("deletionTimestamp")
     ]
     if stale and recheck is not None:
         newly = {name for name, instance in nodes.items() if instance in recheck()} - doomed_nodes
-        stale = [pod for pod in stale if (pod.get("spec") or {}).get("nodeName") not in newly]
-    restored = set_routing(kube, namespace=namespace, drain=drain, node="(not doomed)", routable=True, only=stale)
+        stale = [pod for pod in stale if node_of(pod) not in newly]
+    restored = set_routing(kube, namespace=namespace, node="(not doomed)", routable=True, pods=stale)
     return drained, restored
+
+
+def _name(pod: dict[str, Any], *, namespace: str, node: str | None) -> str:
+    name = (pod.get("metadata") or {}).get("name")
+    if not isinstance(name, str):
+        raise HandlerError(Reason.KUBE_BAD_RESPONSE, "a pod without metadata.name", namespace=namespace, node=node)
+    return name

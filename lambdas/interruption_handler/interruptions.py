@@ -72,10 +72,12 @@ class Result:
     signal: str | None = None
     prewarm_latency_ms: float | None = None
     detail: str | None = None
-    # drain routing: the node, and the serving pods taken out of (or put back into) load balancing
+    # drain routing: the node, and the serving pods taken out of (or put back into) load balancing,
+    # or left in it because no other serving pod of the generation would remain (drain.py)
     node: str | None = None
     drained_pods: list[str] | None = None
     restored_pods: list[str] | None = None
+    kept_pods: list[str] | None = None
     drain_latency_ms: float | None = None
 
     def log_fields(self) -> dict[str, Any]:
@@ -163,6 +165,7 @@ def handle_interruption(
             else:
                 result.node = node
                 result.drained_pods = routing.changed
+                result.kept_pods = routing.kept
                 result.drain_latency_ms = round(max(0.0, clock() - interruption.event_time.timestamp()) * 1000, 1)
         touched[spare.generation] = spare
     # Scale after recording every instance, once per generation (a Health event may name several).
@@ -447,6 +450,7 @@ def _doomed(records: list[dict[str, Any]], *, pool: str, signals: set[str] | fro
 def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, Any]] | None, *, settings: Settings,
                      now: float, reload: Callable[[], list[dict[str, Any]]]) -> list[Result]:
     """Per draining NodePool: drain the nodes of active records whose signals drain it, restore the rest.
+    A NodePool whose doomed pods are kept (its generation's last serving pods) reports them every run.
 
     ``reload`` reads the records again just before pods are restored: an interruption handled
     between the first read and the pod listing has drained its node, and restoring those pods would
@@ -468,9 +472,9 @@ def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, A
             error.context.update(nodepool=pool, generation=spare.generation, namespace=spare.namespace)
             report.failures.append(error)
             continue
-        if drained.changed or restored.changed:
+        if drained.changed or restored.changed or drained.kept:
             results.append(Result("routing", nodepool=pool, generation=spare.generation,
-                                  drained_pods=drained.changed, restored_pods=restored.changed))
+                                  drained_pods=drained.changed, restored_pods=restored.changed, kept_pods=drained.kept))
     return results
 
 

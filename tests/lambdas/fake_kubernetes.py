@@ -1,6 +1,6 @@
 """A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale, and for
 listing nodes and pods (equality label selectors, the ``spec.nodeName`` field selector) and
-merge-patching a pod's labels.
+merge-patching a pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
 
 It authenticates like EKS would (a ``k8s-aws-v1.`` token whose presigned STS URL is correctly signed
 for this cluster, else 401), keeps each Deployment's replicas and resourceVersion, honours the
@@ -66,9 +66,16 @@ class FakeKubernetes:
         self.nodes[name] = {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool}},
                             "spec": {"providerID": f"aws:///{zone}/{instance_id}"}}
 
-    def add_pod(self, namespace: str, name: str, *, node: str, labels: dict[str, str]) -> None:
+    def add_pod(self, namespace: str, name: str, *, node: str, labels: dict[str, str], ready: bool = True) -> None:
+        """A scheduled pod whose ``Ready`` condition is ``"True"`` (``ready``) or ``"False"`` (a model still loading)."""
+        condition = {"type": "Ready", "status": "True" if ready else "False"}
         self.pods[(namespace, name)] = {"metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
-                                        "spec": {"nodeName": node}}
+                                        "spec": {"nodeName": node}, "status": {"phase": "Running", "conditions": [condition]}}
+
+    def set_ready(self, namespace: str, name: str, ready: bool) -> None:
+        for condition in self.pods[(namespace, name)]["status"]["conditions"]:
+            if condition["type"] == "Ready":
+                condition["status"] = "True" if ready else "False"
 
     def pod_labels(self, namespace: str, name: str) -> dict[str, str]:
         return self.pods[(namespace, name)]["metadata"]["labels"]

@@ -65,11 +65,12 @@ def test_warning_drains_exactly_the_doomed_nodes_serving_pods(
     assert all(p.body == {"metadata": {"labels": {ROUTABLE: "false"}}} for p in patches)
     assert all(p.headers["content-type"] == "application/merge-patch+json" for p in patches)
     assert kubernetes.pod_labels(NAMESPACE, "gen3-g6e-a")["pod-template-hash"] == "5c4b"
-    # the lists: nodes of the pool by label; pods of the generation's servers on that node
+    # the lists: nodes of the pool by label; the generation's serving pods, all nodes (one list: the
+    # guard needs the other nodes' pods too), split by spec.nodeName in the handler
     lists = [urlsplit(r.path) for r in kubernetes.requests if r.method == "GET" and r.path.startswith("/api/v1/")]
     assert [(u.path, parse_qs(u.query)) for u in lists] == [
         ("/api/v1/nodes", {"labelSelector": ["karpenter.sh/nodepool=gen3-g6e-spot"]}),
-        (f"/api/v1/namespaces/{NAMESPACE}/pods", {"labelSelector": [SELECTOR], "fieldSelector": ["spec.nodeName=ip-10-0-1-1.ec2.internal"]}),
+        (f"/api/v1/namespaces/{NAMESPACE}/pods", {"labelSelector": [SELECTOR]}),
     ]
     out = capsys.readouterr().out
     assert '"DrainLatency"' in out and '"DrainedPods"' in out
@@ -246,3 +247,161 @@ def test_reconcile_does_not_restore_a_drain_made_after_it_read_the_records(
     assert len(calls) >= 3  # the two stale reads, the re-read before restoring, then the warm spares' own
     assert not [r for r in tick["results"] if r["outcome"] == "routing"]
     assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-b": "false", "gen3-g6e-c": "true", "gen3-g6e-warm-spare-x": None}
+
+
+# --- the last replica stays: a drain never empties a generation's Service -----------------------
+
+DOOMED_NODE, OTHER_NODE = "ip-10-0-1-1.ec2.internal", "ip-10-0-2-2.ec2.internal"
+
+
+@pytest.fixture
+def only(launch: Launch, kubernetes: FakeKubernetes) -> str:
+    """A g6e spot node with the generation's only serving pod; another node of the pool with none."""
+    instance_id = launch("gen3-g6e-spot", instance_type="g6e.xlarge")
+    kubernetes.add_node(DOOMED_NODE, pool="gen3-g6e-spot", instance_id=instance_id)
+    kubernetes.add_node(OTHER_NODE, pool="gen3-g6e-spot", instance_id="i-0bbbbbbbbbbbbbbbb")
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-a", node=DOOMED_NODE, labels={**SERVER, ROUTABLE: "true"})
+    return instance_id
+
+
+@pytest.mark.parametrize(("signal", "signals"), [
+    ("spot_interruption_warning", ["rebalance_recommendation", "spot_interruption_warning"]),
+    ("rebalance_recommendation", ["rebalance_recommendation", "spot_interruption_warning"]),
+])
+def test_the_only_serving_replica_is_kept(
+    handler: Any, lambda_context: LambdaContext, only: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], signal: str, signals: list[str],
+) -> None:
+    """Upstream, draining the last replica would not move its requests anywhere, it would drop them:
+    the EndpointSlice controller (kubernetes v1.36 ``staging/src/k8s.io/endpointslice/utils.go``
+    ``podToEndpoint``: ``ready := service.Spec.PublishNotReadyAddresses || (serving && !terminating)``,
+    ``serving`` = the pod's ``Ready`` condition is ``True``, ``terminating`` = a ``deletionTimestamp``;
+    k8s.io/api v0.36 ``discovery/v1/types.go`` ``EndpointConditions.Ready``) leaves no ready endpoint,
+    and CoreDNS v1.14.7 (``plugin/kubernetes/object/endpoint.go`` keeps only ready endpoints;
+    ``plugin/kubernetes/kubernetes.go`` ``findServices`` starts from ``errNoItems``, cleared only by an
+    address added) answers the headless name NXDOMAIN. So the handler leaves the pod routable and says so."""
+    drain_env(monkeypatch, signals)
+    result = handler.lambda_handler(load_event(signal, instance_id=only), lambda_context)
+    [entry] = result["results"]
+    assert (entry["node"], entry["drained_pods"], entry["kept_pods"]) == (DOOMED_NODE, [], ["gen3-g6e-a"])
+    assert kubernetes.pod_patches() == [] and routable(kubernetes) == {"gen3-g6e-a": "true"}
+    out = capsys.readouterr().out
+    [kept] = [json.loads(line) for line in out.splitlines() if '"KeptPods"' in line]
+    assert kept["KeptPods"] == [1.0] and kept["generation"] == "g6e"
+    assert '"DrainedPods"' not in out
+    # the warm spare is still pre-warmed: the replacement is what lets the reconciler drain later
+    assert kubernetes.replicas(NAMESPACE, "g6e-warm-spare") == 2
+
+
+def _not_ready(kubernetes: FakeKubernetes) -> None:  # a replacement whose model is still loading
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"}, ready=False)
+
+
+def _deleting(kubernetes: FakeKubernetes) -> None:  # a routable pod being deleted (still Ready while it drains)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"})
+    kubernetes.pods[(NAMESPACE, "gen3-g6e-c")]["metadata"]["deletionTimestamp"] = "2026-11-30T17:00:00Z"
+
+
+def _drained(kubernetes: FakeKubernetes) -> None:  # Ready but drained (its node's rebalance)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "false"})
+
+
+def _no_conditions(kubernetes: FakeKubernetes) -> None:  # just created: no conditions reported yet
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"})
+    kubernetes.pods[(NAMESPACE, "gen3-g6e-c")]["status"] = {"phase": "Pending"}
+
+
+def _warm_spare(kubernetes: FakeKubernetes) -> None:  # Ready, but not a serving pod (not the selector)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-warm-spare-x", node=OTHER_NODE,
+                       labels={"app.kubernetes.io/name": "gen3-g6e", "app.kubernetes.io/component": "warm-spare", ROUTABLE: "true"})
+
+
+def _second_on_the_node(kubernetes: FakeKubernetes) -> None:  # two replicas, both on the doomed node
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-b", node=DOOMED_NODE, labels={**SERVER, ROUTABLE: "true"})
+
+
+@pytest.mark.parametrize("other", [_not_ready, _deleting, _drained, _no_conditions, _warm_spare, _second_on_the_node],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_pods_out_of_the_dns_answer_do_not_count_as_serving(
+    handler: Any, lambda_context: LambdaContext, only: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+    other: Callable[[FakeKubernetes], None],
+) -> None:
+    """Only a pod the Service's DNS answer holds, and will keep holding, counts: routable, ``Ready``
+    ``"True"``, no ``deletionTimestamp`` (the EndpointSlice rule pinned above), not on the node
+    being drained. Every doomed pod is kept; nothing is patched."""
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    other(kubernetes)
+    before = routable(kubernetes)
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=only), lambda_context)
+    [entry] = result["results"]
+    doomed = sorted(name for (_, name), pod in kubernetes.pods.items() if pod["spec"]["nodeName"] == DOOMED_NODE)
+    assert (entry["drained_pods"], entry["kept_pods"]) == ([], doomed)
+    assert kubernetes.pod_patches() == [] and routable(kubernetes) == before
+
+
+def test_a_ready_replica_on_another_node_lets_the_drain_happen(
+    handler: Any, lambda_context: LambdaContext, only: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"})
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=only), lambda_context)
+    [entry] = result["results"]
+    assert (entry["drained_pods"], entry["kept_pods"]) == (["gen3-g6e-a"], [])
+    assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-c": "true"}
+    assert '"KeptPods"' not in capsys.readouterr().out
+
+
+def test_the_reconciler_drains_kept_pods_once_another_replica_is_ready(
+    handler: Any, lambda_context: LambdaContext, only: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    drain_env(monkeypatch, ["rebalance_recommendation", "spot_interruption_warning"])
+    handler.lambda_handler(load_event("rebalance_recommendation", instance_id=only), lambda_context)
+    assert routable(kubernetes)["gen3-g6e-a"] == "true"
+    capsys.readouterr()
+    # every minute while kept: reported (log and KeptPods), nothing patched
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert (routing["drained_pods"], routing["restored_pods"], routing["kept_pods"]) == ([], [], ["gen3-g6e-a"])
+    assert '"KeptPods"' in capsys.readouterr().out and kubernetes.pod_patches() == []
+    # the warm spare's replacement lands and loads: not Ready yet, still kept
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"}, ready=False)
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert routing["kept_pods"] == ["gen3-g6e-a"] and kubernetes.pod_patches() == []
+    # Ready: the next run drains the doomed pod
+    kubernetes.set_ready(NAMESPACE, "gen3-g6e-c", True)
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert (routing["drained_pods"], routing["kept_pods"]) == (["gen3-g6e-a"], [])
+    assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-c": "true"}
+    # and then it is quiet
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    assert not [r for r in tick["results"] if r["outcome"] == "routing"]
+
+
+def test_pods_on_every_doomed_node_are_kept_when_no_other_serves(
+    handler: Any, lambda_context: LambdaContext, launch: Launch, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two doomed nodes (rebalances: not cordoned, so the replicas land there after the signals), no
+    replica elsewhere: a pod on the other doomed node is no survivor, so the reconciler keeps both. A
+    Ready replica on a third node lets it drain both."""
+    drain_env(monkeypatch, ["rebalance_recommendation"])
+    first, second = (launch("gen3-g6e-spot", instance_type="g6e.xlarge") for _ in range(2))
+    kubernetes.add_node(DOOMED_NODE, pool="gen3-g6e-spot", instance_id=first)
+    kubernetes.add_node(OTHER_NODE, pool="gen3-g6e-spot", instance_id=second)
+    kubernetes.add_node("ip-10-0-3-3.ec2.internal", pool="gen3-g6e-spot", instance_id="i-0cccccccccccccccc")
+    for instance_id in (first, second):
+        handler.lambda_handler(load_event("rebalance_recommendation", instance_id=instance_id), lambda_context)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-a", node=DOOMED_NODE, labels={**SERVER, ROUTABLE: "true"})
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-b", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"})
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert (routing["drained_pods"], routing["kept_pods"]) == ([], ["gen3-g6e-a", "gen3-g6e-b"])
+    assert kubernetes.pod_patches() == []
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node="ip-10-0-3-3.ec2.internal", labels={**SERVER, ROUTABLE: "true"})
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert (routing["drained_pods"], routing["kept_pods"]) == (["gen3-g6e-a", "gen3-g6e-b"], [])
+    assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-b": "false", "gen3-g6e-c": "true"}
