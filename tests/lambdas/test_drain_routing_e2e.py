@@ -61,7 +61,7 @@ def test_a_spot_warning_through_the_handler_drains_the_replica_in_the_real_gatew
         for pod, node in zip(replica_pods(MODEL, replicas, gateway), (DOOMED_NODE, OTHER_NODE), strict=True):
             name = pod["metadata"]["name"]
             kubernetes.add_pod(NAMESPACE, name, node=node, labels=pod["metadata"]["labels"])
-            kubernetes.pods[(NAMESPACE, name)]["status"] = dict(pod["status"])
+            kubernetes.pods[(NAMESPACE, name)]["status"].update(pod["status"])
             names.append(name)
         service = service_for(MODEL, gateway)
 
