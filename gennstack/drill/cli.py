@@ -20,14 +20,12 @@ without (gennstack/drill/local.py); it writes ``comparison.md`` and each run's b
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,10 +35,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gennstack.config import GenNStackConfig
 from gennstack.config_base import GENERATION_NAMES
+from gennstack.drill.events import EVENTS_FILE, EventLog
 from gennstack.drill.templates import template_tags
 
 TERMINAL = frozenset({"completed", "stopped", "failed", "cancelled"})
-EVENTS_FILE = "drill-events.jsonl"
 # The IAM actions the command uses (StartExperiment with tags also needs fis:TagResource).
 ACTIONS = ("fis:ListExperimentTemplates", "fis:StartExperiment", "fis:TagResource", "fis:GetExperiment", "fis:StopExperiment")
 _ACTION = {
@@ -81,25 +79,6 @@ def explain(exc: ClientError | BotoCoreError) -> str:
     if code in _BAD_CREDENTIALS:
         return f"credentials rejected by {action} ({code}: {message}); refresh them (aws sso login) and run again"
     return f"{action} failed: {code}: {message}"
-
-
-@dataclass
-class EventLog:
-    """Drill events, printed with their UTC time and appended to ``drill-events.jsonl``."""
-
-    path: Path
-    out: TextIO
-    now: Callable[[], datetime]
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    def add(self, event: str, text: str, **fields: Any) -> dict[str, Any]:
-        stamp = self.now().astimezone(timezone.utc)
-        record = {"time": stamp.isoformat().replace("+00:00", "Z"), "event": event, **fields}
-        self.events.append(record)
-        with self.path.open("a", encoding="utf-8") as file:
-            file.write(json.dumps(record, sort_keys=True) + "\n")
-        print(f"{stamp:%H:%M:%S}Z  {text}", file=self.out, flush=True)
-        return record
 
 
 def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, region: str | None) -> str:

@@ -37,15 +37,14 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
 from gennstack.bench.mockserver import MockProcess, start_process
+from gennstack.drill.events import EVENTS_FILE, EventLog
 from gennstack.drill.service_dns import Service, ServiceDNS
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
@@ -58,7 +57,7 @@ ROUTABLE_LABEL = "gennstack.io/routable"
 NAME_LABEL = "app.kubernetes.io/name"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 SERVER_COMPONENT = "server"
-EVENTS_FILE = "drill-events.jsonl"
+SOURCE = "local-drill"  # the "source" of this drill's own lines in drill-events.jsonl
 FIRST_ADDRESS = ipaddress.IPv4Address("127.0.0.2")
 MAX_REPLICAS = 16
 # Seconds of bench after "gone" for the timeline to see goodput back: its recovery rule needs three
@@ -186,24 +185,6 @@ class RunResult:
     markers: list[dict[str, Any]] = field(default_factory=list)
 
 
-class EventWriter:
-    """Appends drill events to ``drill-events.jsonl`` (the format of ``gennstack drill``; the mock
-    servers append their own warning and gone lines to the same file)."""
-
-    def __init__(self, path: Path, out: TextIO | None) -> None:
-        self.path = path
-        self.out = out
-        self._lock = threading.Lock()
-
-    def add(self, event: str, text: str, **fields: Any) -> None:
-        stamp = datetime.now(timezone.utc)
-        record = {"time": stamp.isoformat().replace("+00:00", "Z"), "event": event, "source": "local-drill", **fields}
-        with self._lock, self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, sort_keys=True) + "\n")
-        if self.out is not None:
-            print(f"{stamp:%H:%M:%S}Z  {text}", file=self.out, flush=True)
-
-
 def _bench_argv(settings: LocalDrillSettings, base_url: str, out: Path, events: Path) -> list[str]:
     """The bench's workers start spread over one request's time (``--ramp-up``): the mock's schedule is
     exact, so workers started together would finish together for the whole run, and each second's
@@ -230,7 +211,7 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
     folder.mkdir(parents=True, exist_ok=True)
     events_path = folder / EVENTS_FILE
     events_path.write_text("", encoding="utf-8")
-    log = EventWriter(events_path, out)
+    log = EventLog(events_path, out)
     flags = ("--ttft", str(settings.ttft_s), "--itl", str(settings.itl_s), "--model-name", settings.model,
              "--events-file", str(events_path))
     service = service_for(settings.model, gateway)
@@ -245,7 +226,8 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
                 with LocalGateway.start(bootstrap) as gw:
                     gw.wait_healthy(expect={f"{r.host}:{r.port}": True for r in replicas})
                     log.add("drill_start", f"local drill, drain routing {'on' if drain else 'off'}: {settings.replicas} "
-                            f"replicas of {settings.model}, {doomed.host} doomed", drain=drain, replicas=settings.replicas)
+                            f"replicas of {settings.model}, {doomed.host} doomed", drain=drain, replicas=settings.replicas,
+                            source=SOURCE)
                     with (folder / "bench.log").open("w", encoding="utf-8") as bench_log:
                         bench = subprocess.Popen(_bench_argv(settings, gw.base_url, folder / "bench", events_path),
                                                  stdout=bench_log, stderr=subprocess.STDOUT)
@@ -258,7 +240,7 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
                                 bench.wait()
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:  # URLError and TimeoutError are OSErrors
         raise LocalDrillError(f"the {'drain-on' if drain else 'drain-off'} run failed: {exc}") from exc
-    log.add("drill_end", f"bench exited {code}", exit_code=code)
+    log.add("drill_end", f"bench exited {code}", exit_code=code, source=SOURCE)
     if code != 0:
         raise LocalDrillError(f"the bench exited {code}; see {folder / 'bench.log'}")
     gone = _gone_counts(events_path)
@@ -290,7 +272,7 @@ OUT_OF_ROTATION_GRACE_S = 0.25
 
 
 def _drive(settings: LocalDrillSettings, *, drain: bool, gw: LocalGateway, doomed: MockProcess, doomed_pod: dict,
-           bench: subprocess.Popen, log: EventWriter) -> dict[str, Any]:
+           bench: subprocess.Popen, log: EventLog) -> dict[str, Any]:
     """From the bench's first request at the doomed replica to the drain having taken effect (if on)."""
     _wait(lambda: doomed.stats()["chat_requests"] > 0 or bench.poll() is not None, 60, "the bench's first request")
     if bench.poll() is not None:
@@ -302,10 +284,10 @@ def _drive(settings: LocalDrillSettings, *, drain: bool, gw: LocalGateway, doome
         return {"requests_at_out_of_rotation": None, "label_to_out_of_rotation_s": None}
     doomed_host = f"{doomed.host}:{doomed.port}"
     doomed_pod["metadata"]["labels"][ROUTABLE_LABEL] = "false"
-    log.add("drained", f"{doomed_pod['metadata']['name']}: {ROUTABLE_LABEL}=false", pod=doomed_pod["metadata"]["name"])
+    log.add("drained", f"{doomed_pod['metadata']['name']}: {ROUTABLE_LABEL}=false", pod=doomed_pod["metadata"]["name"], source=SOURCE)
     label_to_out = _wait(lambda: doomed_host not in gw.host_health(), settings.dns_ttl_s + 5, "Envoy dropping the drained pod")
     log.add("out_of_rotation", f"the gateway dropped {doomed_host} ({label_to_out:.2f} s after the label)",
-            seconds_after_label=round(label_to_out, 3))
+            seconds_after_label=round(label_to_out, 3), source=SOURCE)
     time.sleep(OUT_OF_ROTATION_GRACE_S)
     return {"requests_at_out_of_rotation": doomed.stats()["chat_requests"], "label_to_out_of_rotation_s": round(label_to_out, 3)}
 
