@@ -186,7 +186,8 @@ def test_karpenter_contract_is_the_pinned_version() -> None:
 
 def test_envoy_gateway_contract_is_the_pinned_version() -> None:
     """envoyproxy/gateway v1.8.3 ``internal/xds/translator/cluster.go``: a Backend resolved by hostname
-    becomes a STRICT_DNS cluster with ``DnsRefreshRate`` 30 s and ``RespectDnsTtl`` true, and every
+    becomes a STRICT_DNS cluster with ``DnsRefreshRate`` 30 s (unless a BackendTrafficPolicy's
+    ``dns.dnsRefreshRate`` replaces it: the chart's does, test_gateway_chart.py) and ``RespectDnsTtl`` true, and every
     cluster sets ``IgnoreHealthOnHostRemoval: true`` (a host gone from DNS leaves at once, health checks
     passing or not). docs/spot-drills.md's timeline rests on these; a new Envoy Gateway must be re-read."""
     from gennstack import versions

@@ -152,7 +152,7 @@ class LocalDrillSettings:
         if self.ttft_s < 0 or self.itl_s < 0:
             problems.append("ttft and itl must be >= 0")
         if not 1 <= self.dns_ttl_s <= 3600:
-            problems.append(f"dns_ttl_s {self.dns_ttl_s}: allowed 1 to 3600 (Envoy re-resolves a TTL of 0 only every 30 s)")
+            problems.append(f"dns_ttl_s {self.dns_ttl_s}: allowed 1 to 3600 (Envoy re-resolves a TTL of 0 only at its DNS refresh rate)")
         stream_s = self.stream_s
         if self.warning_at_s <= self.warmup_s:
             problems.append(f"warning_at_s {self.warning_at_s} must come after the {self.warmup_s} s warm-up (no baseline otherwise)")

@@ -114,7 +114,7 @@ class ServiceDNS:
                  ttl_s: int = COREDNS_DEFAULT_TTL_S, attempts: int = 5) -> None:
         if not 1 <= ttl_s <= 3600:
             raise ValueError(f"ttl_s {ttl_s}: allowed 1 to 3600 (CoreDNS allows 0, but Envoy's STRICT_DNS cluster "
-                             "re-resolves a TTL of 0 only at dns_refresh_rate, 30 s under Envoy Gateway)")
+                             "re-resolves a TTL of 0 only at its dns_refresh_rate)")
         services = list(services)
         names = [s.hostname.rstrip(".").lower() for s in services]
         if len(set(names)) != len(names):

@@ -85,6 +85,16 @@ OTHER_ERROR = ("server_error", "gateway_error")
 # longest wait (a token budget, counted per hour, may need longer: x-ratelimit-reset says how long).
 CLUSTER_RETRY_AFTER_S = 60
 
+# How often Envoy re-resolves a model's Service name when the last answer had no address (or a TTL of
+# 0): the ``dns_refresh_rate`` of its STRICT_DNS cluster, which Envoy uses in place of the records'
+# TTL whenever an answer is empty (envoy source/extensions/clusters/strict_dns/strict_dns_cluster.cc,
+# startResolve). A Service answers nothing while none of its pods is Ready (CoreDNS: NXDOMAIN), so
+# this is how long a model that lost all its replicas keeps answering 503 after the first new one is
+# Ready. Envoy Gateway v1.8.3's default is 30 s (internal/xds/translator/cluster.go); GenNStack sets
+# 5 s, CoreDNS's default record TTL, in the route's BackendTrafficPolicy (``dns.dnsRefreshRate``) and
+# in the local gateway. Answers with addresses are still refreshed at their TTL.
+DNS_REFRESH_S = 5
+
 
 def local_retry_after_s(requests: int, interval_s: float) -> int:
     """Seconds until Envoy's local token bucket (``requests`` per ``interval_s``, refilled

@@ -52,6 +52,7 @@ from urllib.parse import urlsplit
 from gennstack.gateway import lua
 from gennstack.gateway.config import GatewayConfig, ResilienceConfig, RoutingTable
 from gennstack.gateway.envoy_common import (
+    DNS_REFRESH_S,
     MAX_HOSTS_PER_BACKEND,
     local_reply_config,
     local_retry_after_s,
@@ -266,9 +267,9 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
 
 
 # Envoy Gateway v1.8.3's DNS settings for a Backend's fqdn endpoints (internal/xds/translator/cluster.go,
-# buildXdsCluster, the default branch): STRICT_DNS, refreshed every 30 s or at the records' TTL, IPv4
+# buildXdsCluster, the default branch): STRICT_DNS, refreshed at the records' TTL, else every 30 s
+# unless a BackendTrafficPolicy sets dns.dnsRefreshRate (GenNStack's does: DNS_REFRESH_S), IPv4
 # preferred (computeDNSLookupFamily without a DNS policy).
-EG_DNS_REFRESH_S = 30
 EG_DNS_LOOKUP_FAMILY = "V4_PREFERRED"
 
 
@@ -283,7 +284,7 @@ def _discovery(settings: LocalSettings) -> dict[str, Any]:
     return {
         "type": "STRICT_DNS",
         "ignore_health_on_host_removal": True,
-        "dns_refresh_rate": _duration(EG_DNS_REFRESH_S),
+        "dns_refresh_rate": _duration(DNS_REFRESH_S),
         "respect_dns_ttl": True,
         "dns_lookup_family": EG_DNS_LOOKUP_FAMILY,
         "typed_dns_resolver_config": {

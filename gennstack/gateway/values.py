@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
-from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, OVERPROVISIONING_FACTOR,
+from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, OVERPROVISIONING_FACTOR,
                                              local_reply_config)
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
@@ -159,6 +159,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "retryOnStatus": list(resilience.retry_on_status),
             "requestTimeout": _duration(resilience.request_timeout_s),
             "streamIdleTimeout": _duration(resilience.stream_idle_timeout_s),
+            "dnsRefresh": _duration(DNS_REFRESH_S),
             "healthCheck": {
                 "path": resilience.health_path,
                 "interval": _duration(resilience.health_interval_s),

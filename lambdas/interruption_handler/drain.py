@@ -29,7 +29,8 @@ a later run, once another replica is Ready. Draining the last one would not move
 anywhere: CoreDNS (coredns v1.14.7 ``plugin/kubernetes/kubernetes.go``) answers a headless Service
 with no ready endpoint NXDOMAIN, Envoy's c-ares resolver takes NXDOMAIN as a successful empty answer
 and removes every host, and its STRICT_DNS cluster re-resolves an empty answer only after
-``dns_refresh_rate`` (30 s; the record TTL applies to non-empty answers only,
+``dns_refresh_rate`` (5 s from the gateway chart's BackendTrafficPolicy, Envoy Gateway's default 30 s;
+the record TTL applies to non-empty answers only,
 ``source/extensions/clusters/strict_dns/strict_dns_cluster.cc``): the model would answer 503 until
 then, or until the record expires for a rebalance that never became an interruption.
 

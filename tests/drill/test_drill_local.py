@@ -67,7 +67,7 @@ def test_the_answer_follows_the_labels_at_query_time(tcp: bool) -> None:
 def test_service_dns_refuses_bad_settings() -> None:
     with pytest.raises(ValueError, match="ttl_s 3601: allowed 1 to 3600"):
         ServiceDNS([], list, ttl_s=3601)
-    with pytest.raises(ValueError, match="ttl_s 0: allowed 1 to 3600 .*a TTL of 0 only at dns_refresh_rate"):
+    with pytest.raises(ValueError, match="ttl_s 0: allowed 1 to 3600 .*a TTL of 0 only at its dns_refresh_rate"):
         ServiceDNS([], list, ttl_s=0)
     with pytest.raises(ValueError, match="a name is given twice"):
         ServiceDNS([Service("a.b", SELECTOR), Service("A.b.", SELECTOR)], list)
@@ -87,7 +87,7 @@ def test_service_for_is_the_backend_host_and_the_charts_selector() -> None:
         ({"warning_at_s": 2.0}, "warning_at_s 2.0 must come after the 2 s warm-up"),
         ({"gone_after_s": 2.0}, "gone_after_s 2.0: must exceed the DNS TTL (1 s) plus one request (0.51 s) plus 1 s"),
         ({"duration_s": 25}, "duration_s 25: must outlast the warning and gone (10 + 12 s) by 5 s"),
-        ({"dns_ttl_s": 0}, "dns_ttl_s 0: allowed 1 to 3600 (Envoy re-resolves a TTL of 0 only every 30 s)"),
+        ({"dns_ttl_s": 0}, "dns_ttl_s 0: allowed 1 to 3600 (Envoy re-resolves a TTL of 0 only at its DNS refresh rate)"),
         ({"concurrency": 0}, "concurrency and max_tokens must be >= 1"),
     ],
 )

@@ -222,6 +222,20 @@ def test_no_panic_mode(default_docs, variant_docs) -> None:
     assert [route["spec"]["healthCheck"]] + [r["spec"]["healthCheck"] for r in rules] == [route["spec"]["healthCheck"]] * (1 + len(rules))
 
 
+def test_empty_service_answers_are_asked_again_every_dns_refresh(default_docs, variant_docs) -> None:
+    """Envoy Gateway v1.8.3 internal/gatewayapi/clustersettings.go copies a BackendTrafficPolicy's
+    ``dns.dnsRefreshRate`` and ``dns.respectDnsTtl`` into the route's cluster settings, and
+    internal/xds/translator/cluster.go (buildXdsCluster, STRICT_DNS branch) replaces its 30 s default
+    with them. Every policy that carries the route's health checks carries DNS_REFRESH_S too (the
+    local gateway uses the same constant)."""
+    from gennstack.gateway.envoy_common import DNS_REFRESH_S
+
+    for docs in (default_docs, variant_docs):
+        for btp in _by_kind(docs)["BackendTrafficPolicy"]:
+            if "healthCheck" in btp["spec"]:
+                assert btp["spec"]["dns"] == {"dnsRefreshRate": f"{DNS_REFRESH_S}s", "respectDnsTtl": True}, btp["metadata"]["name"]
+
+
 def test_load_balancer_internal_by_default_tls_when_configured(default_docs, variant_docs) -> None:
     def service(docs):
         (proxy,) = _by_kind(docs)["EnvoyProxy"]

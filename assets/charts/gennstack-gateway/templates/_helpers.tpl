@@ -82,6 +82,12 @@ retry:
     triggers: [connect-failure, reset, retriable-status-codes]
     httpStatusCodes:
       {{- toYaml (concat $r.retryOnStatus .extraStatus) | nindent 6 }}
+# Re-resolve a Service whose last answer was empty (no Ready pod) every dnsRefresh, not Envoy
+# Gateway's 30 s: a replacement pod takes traffic within that of being Ready. Answers with addresses
+# are refreshed at their TTL (respectDnsTtl).
+dns:
+  dnsRefreshRate: {{ required "resilience.dnsRefresh" $r.dnsRefresh }}
+  respectDnsTtl: true
 healthCheck:
   panicThreshold: 0
   active:
