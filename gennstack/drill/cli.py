@@ -9,6 +9,14 @@ holds ``drill-events.jsonl`` (one JSON object a line: drill start, experiment st
 bench's own result in ``bench/``, whose timeline carries the drill's events as markers (the bench gets
 ``--events <folder>/drill-events.jsonl`` unless ``--bench-args`` names another file).
 
+When the experiment has ended (or stopped after Ctrl-C), before waiting for the bench, the
+interruption handler's lines about the interrupted instances (FIS's resolved targets) are read from
+the log group named by the template's ``gennstack.io/handler-log-group`` tag, for up to 60 s while
+they arrive, and added as events with ``source: "interruption-handler"``: rebalance_recommendation,
+interruption_warning, scheduled_change, drained, node_gone (gennstack/drill/handler_log.py). They
+reach the bench's timeline only if the bench is still running then; a failure here prints a warning
+and never fails the drill. "Replacement ready" is not among them: it would need the cluster.
+
 Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
 or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
 

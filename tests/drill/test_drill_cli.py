@@ -567,6 +567,7 @@ def test_handler_lines_become_markers_in_time_order_as_they_arrive(tmp_path: Pat
     code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], logs=logs)
     assert (code, err) == (0, "")
     assert "12:00:15Z  handler: 8 marker(s) for 2 instance(s)" in out
+    assert f"12:00:01Z  handler: {INSTANCE} drained (node ip-10-0-1-1.us-east-2.compute.internal, pods gen3-g6e-7f9c-0)" in out
     handler = [e for e in events(output) if e.get("source") == "interruption-handler"]
     assert [(e["time"], e["event"], e["instance_id"]) for e in handler] == [
         ("2026-11-30T12:00:01Z", "rebalance_recommendation", INSTANCE),
