@@ -46,7 +46,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gennstack.config import ConfigError, GenNStackConfig
 from gennstack.config_base import GENERATION_NAMES
 from gennstack.drill.handler_log import SOURCE as HANDLER_SOURCE
-from gennstack.drill.handler_log import gone, handler_events, markers_from_events, resolved_instances
+from gennstack.drill.handler_log import Marker, gone, handler_events, markers_from_events, resolved_instances
 from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, template_tags
 
 TERMINAL = frozenset({"completed", "stopped", "failed", "cancelled"})
@@ -344,8 +344,9 @@ def handler_markers(
         warn(f"no handler markers: template {template.id} has no {HANDLER_LOG_GROUP_TAG} tag (a stack deployed before "
              "the tag existed); deploy the stack again to get them")
         return 0
-    markers: list[Any] = []
+    markers: list[Marker] = []
     instances: list[str] = []
+    read = False  # whether the log was read at least once
     try:
         instances = resolved_instances(fis, experiment_id)
         if not instances:  # it failed at target resolution (EmptyTargetResolutionMode: fail)
@@ -355,7 +356,7 @@ def handler_markers(
         while True:
             events = handler_events(logs, log_group=template.handler_log_group, instances=instances,
                                     start_ms=int(since.timestamp() * 1000), end_ms=int(log.now().timestamp() * 1000))
-            markers = markers_from_events(events, instances)
+            markers, read = markers_from_events(events, instances), True
             if gone(markers) >= set(instances) or monotonic() + poll_seconds > deadline:
                 break
             sleep(poll_seconds)
@@ -368,8 +369,8 @@ def handler_markers(
         warn("handler markers incomplete: interrupted (Ctrl-C) while reading the handler's log")
     for marker in markers:
         log.add(marker.event, marker.text, at=marker.time, source=HANDLER_SOURCE, instance_id=marker.instance_id, **marker.fields)
-    silent = [i for i in instances if i not in {m.instance_id for m in markers}]
-    not_gone = [i for i in instances if i not in gone(markers) and i not in silent]
+    silent = [i for i in instances if read and i not in {m.instance_id for m in markers}]
+    not_gone = [i for i in instances if read and i not in gone(markers) and i not in silent]
     summary = f"handler: {len(markers)} marker(s) for {len(instances)} instance(s)"
     if silent:
         summary += f"; no handler line for {', '.join(silent)}"
