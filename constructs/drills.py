@@ -3,7 +3,8 @@
 Created only with ``drills.enabled``. Per enabled generation: one IAM role that FIS assumes, allowed
 to send spot interruptions only to instances tagged as this cluster's spot NodePool of that
 generation, and one template per node count (1 .. ``drills.max_nodes``). ``gennstack drill`` starts
-one (docs/spot-drills.md). What each template holds: ``gennstack.drill.templates``.
+one (docs/spot-drills.md). What each template holds: ``gennstack.drill.templates``; a tag names the
+interruption handler's log group, where ``gennstack drill`` reads the handler's lines afterwards.
 
 Stop conditions: the interruption handler's alarms (its errors, its dead-letter queue). The drill
 exists to exercise the handler and Karpenter; once the handler fails, the drill measures a broken
@@ -18,6 +19,7 @@ from aws_cdk import Acknowledgment, Aws, Validations
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_fis as fis
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 
 from constructs import Construct  # the library; this folder merges into it (see README.md here)
 from gennstack.config import GenNStackConfig
@@ -30,7 +32,13 @@ class SpotDrills(Construct):
     """FIS roles and experiment templates; ``templates[(generation, nodes)]``."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, config: GenNStackConfig, stop_alarms: list[cloudwatch.IAlarm]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: GenNStackConfig,
+        stop_alarms: list[cloudwatch.IAlarm],
+        handler_log_group: logs.ILogGroup,
     ) -> None:
         super().__init__(scope, construct_id)
         from constructs.node_pools import POOL_NAMES
@@ -88,6 +96,7 @@ class SpotDrills(Construct):
                     minutes_before_interruption=drills.minutes_before_interruption,
                     role_arn=role.role_arn,
                     stop_alarm_arns=[alarm.alarm_arn for alarm in stop_alarms],
+                    handler_log_group=handler_log_group.log_group_name,
                 )
                 template = fis.CfnExperimentTemplate(
                     self,

@@ -96,6 +96,7 @@ class GenNStack(Stack):
             self.drills = SpotDrills(
                 self, "SpotDrills", config=config,
                 stop_alarms=[self.interruption_handler.errors_alarm, self.interruption_handler.alarm],
+                handler_log_group=self.interruption_handler.log_group,
             )
         self.gateway = Gateway(self, "Gateway", cluster=self.cluster.cluster, config=config, gateway=config.gateway)
         # The NLB comes from the Load Balancer Controller; the routes point at the serving Services.

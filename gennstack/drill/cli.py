@@ -9,6 +9,14 @@ holds ``drill-events.jsonl`` (one JSON object a line: drill start, experiment st
 bench's own result in ``bench/``, whose timeline carries the drill's events as markers (the bench gets
 ``--events <folder>/drill-events.jsonl`` unless ``--bench-args`` names another file).
 
+When the experiment has ended (or stopped after Ctrl-C), before waiting for the bench, the
+interruption handler's lines about the interrupted instances (FIS's resolved targets) are read from
+the log group named by the template's ``gennstack.io/handler-log-group`` tag, for up to 60 s while
+they arrive, and added as events with ``source: "interruption-handler"``: rebalance_recommendation,
+interruption_warning, scheduled_change, drained, node_gone (gennstack/drill/handler_log.py). They
+reach the bench's timeline only if the bench is still running then; a failure here prints a warning
+and never fails the drill. "Replacement ready" is not among them: it would need the cluster.
+
 Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
 or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
 
@@ -26,6 +34,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
@@ -36,22 +45,32 @@ from botocore.exceptions import BotoCoreError, ClientError
 from gennstack.config import GenNStackConfig
 from gennstack.config_base import GENERATION_NAMES
 from gennstack.drill.events import EVENTS_FILE, EventLog
-from gennstack.drill.templates import template_tags
+from gennstack.drill.handler_log import SOURCE as HANDLER_SOURCE
+from gennstack.drill.handler_log import Marker, gone, handler_events, markers_from_events, resolved_instances
+from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, template_tags
 
 TERMINAL = frozenset({"completed", "stopped", "failed", "cancelled"})
-# The IAM actions the command uses (StartExperiment with tags also needs fis:TagResource).
-ACTIONS = ("fis:ListExperimentTemplates", "fis:StartExperiment", "fis:TagResource", "fis:GetExperiment", "fis:StopExperiment")
+# The IAM actions the command uses (StartExperiment with tags also needs fis:TagResource; the last two
+# read the interruption handler's lines afterwards, and without them the drill runs without those markers).
+ACTIONS = ("fis:ListExperimentTemplates", "fis:StartExperiment", "fis:TagResource", "fis:GetExperiment", "fis:StopExperiment",
+           "fis:ListExperimentResolvedTargets", "logs:FilterLogEvents")
 _ACTION = {
     "ListExperimentTemplates": "fis:ListExperimentTemplates",
     "StartExperiment": "fis:StartExperiment",
     "GetExperiment": "fis:GetExperiment",
     "StopExperiment": "fis:StopExperiment",
+    "ListExperimentResolvedTargets": "fis:ListExperimentResolvedTargets",
+    "FilterLogEvents": "logs:FilterLogEvents",
 }
 _THROTTLED = frozenset({"ThrottlingException", "Throttling", "TooManyRequestsException"})
 _DENIED = frozenset({"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"})
 _BAD_CREDENTIALS = frozenset({"ExpiredTokenException", "ExpiredToken", "UnrecognizedClientException", "InvalidClientTokenId"})
 # After a stop request, how long to wait for FIS to report "stopped" before giving up waiting.
 STOP_WAIT_SECONDS = 120.0
+# After the experiment ends: how long to keep asking CloudWatch Logs for the handler's lines (they
+# arrive with a lag) until every interrupted instance has its "gone" line, and how often.
+HANDLER_WAIT_SECONDS = 60.0
+HANDLER_POLL_SECONDS = 10.0
 
 
 class DrillError(Exception):
@@ -81,14 +100,20 @@ def explain(exc: ClientError | BotoCoreError) -> str:
     return f"{action} failed: {code}: {message}"
 
 
-def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, region: str | None) -> str:
+@dataclass(frozen=True)
+class DrillTemplate:
+    id: str
+    handler_log_group: str | None  # None: a template from before the tag existed
+
+
+def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, region: str | None) -> DrillTemplate:
     wanted = template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes)
     matches = []
     for page in fis.get_paginator("list_experiment_templates").paginate():
         for summary in page.get("experimentTemplates", []):
             tags = summary.get("tags") or {}
             if all(tags.get(key) == value for key, value in wanted.items()):
-                matches.append(summary["id"])
+                matches.append(DrillTemplate(summary["id"], tags.get(HANDLER_LOG_GROUP_TAG) or None))
     if not matches:
         labels = ", ".join(f"{k}={v}" for k, v in wanted.items())
         raise DrillError(
@@ -97,7 +122,8 @@ def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, r
             f"there; set drills.enabled: true in your config and deploy"
         )
     if len(matches) > 1:
-        raise DrillError(f"{len(matches)} FIS experiment templates carry the same drill tags ({', '.join(sorted(matches))}); delete the strays")
+        raise DrillError(f"{len(matches)} FIS experiment templates carry the same drill tags "
+                         f"({', '.join(sorted(m.id for m in matches))}); delete the strays")
     return matches[0]
 
 
@@ -134,6 +160,10 @@ class BenchProcess:
                 self.process.kill()
 
 
+def _warn_stderr(text: str) -> None:
+    print(f"gennstack drill: warning: {text}", file=sys.stderr, flush=True)
+
+
 def drill(
     fis: Any,
     *,
@@ -147,14 +177,28 @@ def drill(
     monotonic: Callable[[], float] = time.monotonic,
     bench: BenchProcess | None = None,
     bench_lead_seconds: float = 0.0,
+    logs: Any = None,
+    warn: Callable[[str], None] = _warn_stderr,
 ) -> int:
-    """Run one drill; returns the exit code. Raises :class:`DrillError` with the operator's message."""
+    """Run one drill; returns the exit code. Raises :class:`DrillError` with the operator's message.
+
+    Once the experiment has ended (or stopped after Ctrl-C), and before waiting for the bench, the
+    interruption handler's lines become markers (:func:`handler_markers`; skipped without ``logs``).
+    """
     try:
-        template_id = find_template(fis, cluster_name=config.cluster_name, generation=generation, nodes=nodes, region=region)
+        template = find_template(fis, cluster_name=config.cluster_name, generation=generation, nodes=nodes, region=region)
     except (ClientError, BotoCoreError) as exc:
         raise DrillError(explain(exc)) from exc
-    log.add("drill_start", f"drill: {nodes} {generation} spot node(s), template {template_id}",
-            template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region)
+    template_id = template.id
+    started_at = log.add("drill_start", f"drill: {nodes} {generation} spot node(s), template {template_id}",
+                         template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region)
+    since = datetime.fromisoformat(started_at["time"].replace("Z", "+00:00"))
+
+    def markers(experiment_id: str) -> None:
+        if logs is not None:
+            handler_markers(fis, logs, experiment_id=experiment_id, template=template, since=since, log=log, warn=warn,
+                            sleep=sleep, monotonic=monotonic)
+
     experiment_id: str | None = None
     try:
         if bench is not None:
@@ -172,11 +216,14 @@ def drill(
         experiment_id = started["id"]
         status, reason, code = _state(started)
         log.add("experiment_started", f"experiment {experiment_id}: {status}", experiment_id=experiment_id, status=status, reason=reason)
-        status = _follow(fis, experiment_id, log, poll_seconds=poll_seconds, sleep=sleep, last=(status, reason, code))
+        status, reason, code = _follow(fis, experiment_id, log, poll_seconds=poll_seconds, sleep=sleep, last=(status, reason, code))
+        markers(experiment_id)
+        _check_outcome(experiment_id, status, reason, code)
     except KeyboardInterrupt:
         try:
             if experiment_id is not None:
                 _stop(fis, experiment_id, log, sleep=sleep, monotonic=monotonic, poll_seconds=poll_seconds)
+                markers(experiment_id)
         finally:
             if bench is not None:
                 bench.stop()
@@ -199,7 +246,8 @@ def drill(
 
 
 def _follow(fis: Any, experiment_id: str, log: EventLog, *, poll_seconds: float, sleep: Callable[[float], None],
-            last: tuple[str, str, str]) -> str:
+            last: tuple[str, str, str]) -> tuple[str, str, str]:
+    """Poll until the experiment ends; its final status, reason and error code."""
     status, reason, code = last
     while status not in TERMINAL:
         sleep(poll_seconds)
@@ -214,12 +262,15 @@ def _follow(fis: Any, experiment_id: str, log: EventLog, *, poll_seconds: float,
             detail = f" ({reason})" if reason else ""
             log.add("experiment_state", f"experiment {experiment_id}: {status}{detail}",
                     experiment_id=experiment_id, status=status, reason=reason, error_code=code or None)
+    return status, reason, code
+
+
+def _check_outcome(experiment_id: str, status: str, reason: str, code: str) -> None:
     if status == "failed":
         raise DrillError(f"experiment {experiment_id} failed: {reason or 'no reason given'}" + (f" [{code}]" if code else ""))
     if status in ("stopped", "cancelled"):
         raise DrillError(f"experiment {experiment_id} {status}: {reason or 'no reason given'} "
                          "(a stop condition alarm, or someone stopped it)")
-    return status
 
 
 def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float], None],
@@ -241,6 +292,68 @@ def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float
             return
         sleep(poll_seconds)
     raise DrillError(f"experiment {experiment_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; check it in the FIS console")
+
+
+def handler_markers(
+    fis: Any,
+    logs: Any,
+    *,
+    experiment_id: str,
+    template: DrillTemplate,
+    since: datetime,
+    log: EventLog,
+    warn: Callable[[str], None],
+    sleep: Callable[[float], None],
+    monotonic: Callable[[], float],
+    wait_seconds: float = HANDLER_WAIT_SECONDS,
+    poll_seconds: float = HANDLER_POLL_SECONDS,
+) -> int:
+    """Add the interruption handler's lines about the experiment's instances as events; how many.
+
+    Reads the handler's log group from ``since`` (the drill's start) to now, again every
+    ``poll_seconds`` until each instance has its "gone" line or ``wait_seconds`` have passed (log
+    lines arrive late). Never fails the drill: a missing tag, a denied or throttled call or a
+    Ctrl-C prints one warning line and keeps what was found.
+    """
+    if template.handler_log_group is None:
+        warn(f"no handler markers: template {template.id} has no {HANDLER_LOG_GROUP_TAG} tag (a stack deployed before "
+             "the tag existed); deploy the stack again to get them")
+        return 0
+    markers: list[Marker] = []
+    instances: list[str] = []
+    read = False  # whether the log was read at least once
+    try:
+        instances = resolved_instances(fis, experiment_id)
+        if not instances:  # it failed at target resolution (EmptyTargetResolutionMode: fail)
+            log.say(f"handler: no markers, experiment {experiment_id} resolved no spot instance")
+            return 0
+        deadline = monotonic() + wait_seconds
+        while True:
+            events = handler_events(logs, log_group=template.handler_log_group, instances=instances,
+                                    start_ms=int(since.timestamp() * 1000), end_ms=int(log.now().timestamp() * 1000))
+            markers, read = markers_from_events(events, instances), True
+            if gone(markers) >= set(instances) or monotonic() + poll_seconds > deadline:
+                break
+            sleep(poll_seconds)
+    except (ClientError, BotoCoreError) as exc:
+        problem = explain(exc)
+        if problem.startswith("throttled:"):
+            problem = problem.split("; run the drill again", 1)[0]
+        warn(f"handler markers incomplete: {problem}; the lines stay in log group {template.handler_log_group}")
+    except KeyboardInterrupt:
+        warn("handler markers incomplete: interrupted (Ctrl-C) while reading the handler's log")
+    for marker in markers:
+        log.add(marker.event, marker.text, at=marker.time, source=HANDLER_SOURCE, instance_id=marker.instance_id, **marker.fields)
+    silent = [i for i in instances if read and i not in {m.instance_id for m in markers}]
+    not_gone = [i for i in instances if read and i not in gone(markers) and i not in silent]
+    summary = f"handler: {len(markers)} marker(s) for {len(instances)} instance(s)"
+    if silent:
+        summary += f"; no handler line for {', '.join(silent)}"
+    if not_gone:
+        summary += f"; no gone line (yet) for {', '.join(not_gone)}"
+    if instances:
+        log.say(summary)
+    return len(markers)
 
 
 def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr: TextIO | None = None,
@@ -329,6 +442,7 @@ def run(
         session = make_session(profile_name=args.profile) if args.profile else make_session()
         region, _ = resolve_region(args.region, config, session.region_name)
         fis = session.client("fis", region_name=region, config=client_config())
+        logs = session.client("logs", region_name=region, config=client_config())
     except BotoCoreError as exc:
         print(f"gennstack drill: {explain(exc)}", file=err)
         return 1
@@ -336,7 +450,8 @@ def run(
     try:
         code = drill(fis, config=config, generation=args.generation, nodes=args.nodes, region=region, log=log,
                      poll_seconds=args.poll_seconds, sleep=sleep, monotonic=monotonic, bench=bench,
-                     bench_lead_seconds=args.bench_lead)
+                     bench_lead_seconds=args.bench_lead, logs=logs,
+                     warn=lambda text: print(f"gennstack drill: warning: {text}", file=err, flush=True))
     except DrillError as exc:
         log.add("drill_end", f"drill failed: {exc}", outcome="error", error=str(exc))
         print(f"gennstack drill: {exc}", file=err)

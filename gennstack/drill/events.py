@@ -27,8 +27,9 @@ class EventLog:
     now: Callable[[], datetime] = utc_now
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, event: str, text: str, **fields: Any) -> dict[str, Any]:
-        stamp = self.now().astimezone(timezone.utc)
+    def add(self, event: str, text: str, *, at: datetime | None = None, **fields: Any) -> dict[str, Any]:
+        """Record ``event`` now, or at ``at`` (a time read elsewhere, such as a log line's)."""
+        stamp = (at or self.now()).astimezone(timezone.utc)
         record = {"time": stamp.isoformat().replace("+00:00", "Z"), "event": event, **fields}
         self.events.append(record)
         with self.path.open("a", encoding="utf-8") as file:
@@ -36,3 +37,8 @@ class EventLog:
         if self.out is not None:
             print(f"{stamp:%H:%M:%S}Z  {text}", file=self.out, flush=True)
         return record
+
+    def say(self, text: str) -> None:
+        """Print a line with the current time, without an event."""
+        if self.out is not None:
+            print(f"{self.now().astimezone(timezone.utc):%H:%M:%S}Z  {text}", file=self.out, flush=True)

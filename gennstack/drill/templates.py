@@ -28,6 +28,10 @@ DRILL_KIND = "spot-interruption"
 CLUSTER_NAME_TAG = "gennstack.io/cluster"
 GENERATION_TAG = "gennstack.io/generation"
 NODES_TAG = "gennstack.io/nodes"
+# Not part of the match: where `gennstack drill` reads the interruption handler's log lines afterwards.
+HANDLER_LOG_GROUP_TAG = "gennstack.io/handler-log-group"
+# AWS FIS tag values: at most 256 characters.
+MAX_TAG_VALUE = 256
 
 
 def template_tags(*, cluster_name: str, generation: str, nodes: int) -> dict[str, str]:
@@ -53,12 +57,14 @@ def experiment_template(
     minutes_before_interruption: int,
     role_arn: str,
     stop_alarm_arns: list[str],
+    handler_log_group: str,
 ) -> dict[str, Any]:
     """``AWS::FIS::ExperimentTemplate`` properties: interrupt ``nodes`` running spot nodes of ``pool``.
 
     FIS fixes a target's selection mode in the template (StartExperiment takes no target override),
     so each node count is its own template. ``EmptyTargetResolutionMode: fail``: a drill with no spot
-    node to interrupt fails with a reason instead of "completing" having done nothing.
+    node to interrupt fails with a reason instead of "completing" having done nothing. Its tags are
+    :func:`template_tags` and :data:`HANDLER_LOG_GROUP_TAG`, the interruption handler's log group.
     """
     target = f"{pool}-spot-nodes"
     return {
@@ -85,7 +91,10 @@ def experiment_template(
         },
         "StopConditions": [{"Source": "aws:cloudwatch:alarm", "Value": arn} for arn in stop_alarm_arns],
         "ExperimentOptions": {"AccountTargeting": "single-account", "EmptyTargetResolutionMode": "fail"},
-        "Tags": template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes),
+        "Tags": {
+            **template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes),
+            HANDLER_LOG_GROUP_TAG: handler_log_group,
+        },
     }
 
 

@@ -1,7 +1,9 @@
-"""`gennstack drill` against a botocore-Stubber FIS client: start, follow, Ctrl-C, every failure message.
+"""`gennstack drill` against botocore-Stubber FIS and CloudWatch Logs clients: start, follow, Ctrl-C,
+the interruption handler's markers, every failure message.
 
-Stubber validates every request against FIS's service model and every queued response against
-its output shape, so the calls and fields the command uses are FIS's own. No test reaches AWS.
+Stubber validates every request against the service's model and every queued response against
+its output shape, so the calls and fields the command uses are FIS's and CloudWatch Logs' own. No
+test reaches AWS.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ REGION = "us-east-2"
 TEMPLATE_ID = "EXT1a2b3c4d5e6f7"
 EXPERIMENT_ID = "EXPaBcDeFgHiJkLmN"
 START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+LOG_GROUP = "GenNStack-InterruptionHandlerLogs5716003B-Ab3dEf6hIj9k"
+INSTANCE = "i-0a1b2c3d4e5f60718"
 
 
 def tags(generation: str = "g6e", nodes: int = 1, cluster: str = "gennstack") -> dict[str, str]:
@@ -32,6 +36,7 @@ def tags(generation: str = "g6e", nodes: int = 1, cluster: str = "gennstack") ->
         "gennstack.io/cluster": cluster,
         "gennstack.io/generation": generation,
         "gennstack.io/nodes": str(nodes),
+        "gennstack.io/handler-log-group": LOG_GROUP,
         "project": "gennstack",
     }
 
@@ -62,14 +67,14 @@ class Clock:
 
 
 class FakeSession:
-    def __init__(self, client: Any) -> None:
-        self.client_ = client
+    def __init__(self, fis: Any, logs: Any) -> None:
+        self.clients = {"fis": fis, "logs": logs}
         self.region_name = "eu-central-1"
         self.asked: list[tuple[str, str | None]] = []
 
     def client(self, service: str, region_name: str | None = None, config: Any = None) -> Any:
         self.asked.append((service, region_name))
-        return self.client_
+        return self.clients[service]
 
 
 class FakeBench(BenchProcess):
@@ -109,6 +114,14 @@ def fis() -> tuple[Any, Stubber]:
     return client, stubber
 
 
+@pytest.fixture
+def logs() -> tuple[Any, Stubber]:
+    client = boto3.Session(region_name=REGION).client("logs", region_name=REGION, config=client_config(1))
+    stubber = Stubber(client)
+    stubber.activate()
+    return client, stubber
+
+
 def list_templates(stubber: Stubber, *summaries: dict[str, Any]) -> None:
     stubber.add_response("list_experiment_templates", {"experimentTemplates": list(summaries)}, {})
 
@@ -130,11 +143,81 @@ def get(stubber: Stubber, status: str, reason: str = "", code: str | None = None
     stubber.add_response("get_experiment", experiment(status, reason, code), {"id": EXPERIMENT_ID})
 
 
+def ms(seconds: float) -> int:
+    """START + seconds, in CloudWatch's epoch milliseconds."""
+    return int((START + timedelta(seconds=seconds)).timestamp() * 1000)
+
+
+def resolved(stubber: Stubber, *instances: str, experiment_id: str = EXPERIMENT_ID) -> None:
+    """ListExperimentResolvedTargets: the spot instances the experiment interrupted."""
+    stubber.add_response(
+        "list_experiment_resolved_targets",
+        {"resolvedTargets": [
+            {"resourceType": "aws:ec2:spot-instance", "targetName": "gen3-g6e-spot-nodes",
+             "targetInformation": {"arn": f"arn:aws:ec2:{REGION}:123456789012:instance/{instance}"}}
+            for instance in instances
+        ]},
+        {"experimentId": experiment_id},
+    )
+
+
+def handler_line(message: str, instance: str = INSTANCE, **fields: Any) -> str:
+    """A line as the handler's Powertools logger writes it (shape of tests/lambdas' real output)."""
+    line = {
+        "level": "INFO", "location": "_publish:109", "message": message, "timestamp": "2026-11-30 12:01:00,633+0000",
+        "service": "interruption-handler", "cold_start": False, "function_name": "GenNStack-InterruptionHandler",
+        "function_memory_size": 256, "function_arn": f"arn:aws:lambda:{REGION}:123456789012:function:GenNStack-InterruptionHandler",
+        "function_request_id": "52fdfc07-2182-154f-163f-5f0f9a621d72", "event_id": "12345678-1234-1234-1234-123456789012",
+        "outcome": message.split(" ", 1)[1], "instance_id": instance, **fields,
+    }
+    return json.dumps(line) + "\n"
+
+
+def recorded(signal: str, instance: str = INSTANCE, outcome: str = "recorded", drained: list[str] | None = None) -> str:
+    fields: dict[str, Any] = {"nodepool": "gen3-g6e", "generation": "g6e", "replicas": 2, "previous_replicas": 1, "active": 1,
+                              "signal": signal, "prewarm_latency_ms": 812.4}
+    if drained is not None:
+        fields.update(node="ip-10-0-1-1.us-east-2.compute.internal", drained_pods=drained, drain_latency_ms=640.2)
+    return handler_line(f"instance {outcome}", instance, **fields)
+
+
+def terminated(instance: str = INSTANCE, state: str = "shutting-down") -> str:
+    return handler_line("instance terminated", instance, detail=state)
+
+
+def log_event(at_s: float, message: str) -> dict[str, Any]:
+    return {"logStreamName": "2026/11/30/[$LATEST]0123456789abcdef0123456789abcdef", "timestamp": ms(at_s), "message": message,
+            "ingestionTime": ms(at_s + 4), "eventId": f"3797{ms(at_s)}000000000000000000000000000000"}
+
+
+def filtered(stubber: Stubber, *events: dict[str, Any], until_s: float, instances: Sequence[str] = (INSTANCE,),
+             log_group: str = LOG_GROUP) -> None:
+    """One FilterLogEvents page: the handler's lines from the drill's start to ``until_s``."""
+    pattern = "{ " + " || ".join(f'($.instance_id = "{i}")' for i in instances) + " }"
+    stubber.add_response(
+        "filter_log_events",
+        {"events": list(events), "searchedLogStreams": []},
+        {"logGroupName": log_group, "startTime": ms(0), "endTime": ms(until_s), "filterPattern": pattern},
+    )
+
+
+def handler_seen(fis_stubber: Stubber, logs_stubber: Stubber, *, until_s: float) -> None:
+    """The usual end of a drill: one instance, its warning and its gone line already in the log."""
+    resolved(fis_stubber, INSTANCE)
+    filtered(logs_stubber, log_event(until_s - 15, recorded("spot_interruption_warning")),
+             log_event(until_s - 5, terminated()), until_s=until_s)
+
+
 def drill_cli(tmp_path: Path, fis: tuple[Any, Stubber], argv: list[str], *, config: dict[str, Any] | None = None,
-              bench: list[FakeBench] | None = None, bench_code: int = 0, sleep_hook: Any = None) -> tuple[int, str, str, Path]:
+              bench: list[FakeBench] | None = None, bench_code: int = 0, sleep_hook: Any = None,
+              logs: tuple[Any, Stubber] | None = None) -> tuple[int, str, str, Path]:
     from gennstack.cli import build_parser
 
     client, stubber = fis
+    if logs is None:  # a drill that never reads the handler's log: any call fails the stubber
+        logs_client = boto3.Session(region_name=REGION).client("logs", region_name=REGION, config=client_config(1))
+        logs = (logs_client, Stubber(logs_client))
+        logs[1].activate()
     config_file = tmp_path / "drill.json"
     config_file.write_text(json.dumps(config or {"region": REGION, "drills": {"enabled": True}}))
     output = tmp_path / "result"
@@ -143,7 +226,7 @@ def drill_cli(tmp_path: Path, fis: tuple[Any, Stubber], argv: list[str], *, conf
     )
     clock = Clock()
     out, err = io.StringIO(), io.StringIO()
-    session = FakeSession(client)
+    session = FakeSession(client, logs[0])
 
     def sleep(seconds: float) -> None:
         clock.sleep(seconds)
@@ -159,7 +242,8 @@ def drill_cli(tmp_path: Path, fis: tuple[Any, Stubber], argv: list[str], *, conf
     code = run(args, make_session=lambda **_: session, sleep=sleep, monotonic=clock.monotonic, now=clock.now,
                make_bench=make_bench, stdout=out, stderr=err)
     stubber.assert_no_pending_responses()
-    assert session.asked in ([], [("fis", REGION)])
+    logs[1].assert_no_pending_responses()
+    assert session.asked in ([], [("fis", REGION), ("logs", REGION)])
     return code, out.getvalue(), err.getvalue(), output
 
 
@@ -167,7 +251,8 @@ def events(output: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (output / "drill-events.jsonl").read_text().splitlines()]
 
 
-def test_starts_the_tagged_template_and_follows_it_to_completion(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+def test_starts_the_tagged_template_and_follows_it_to_completion(tmp_path: Path, fis: tuple[Any, Stubber],
+                                                                 logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
     list_templates(stubber, summary("EXTother000000001", generation="trn2"), summary("EXTother000000002", nodes=2),
                    summary("EXTother000000003", cluster="staging"), summary())
@@ -176,7 +261,8 @@ def test_starts_the_tagged_template_and_follows_it_to_completion(tmp_path: Path,
     get(stubber, "running")
     get(stubber, "running")
     get(stubber, "completed", "Experiment completed.")
-    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--nodes", "1", "--poll-seconds", "5"])
+    handler_seen(stubber, logs[1], until_s=20)
+    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--nodes", "1", "--poll-seconds", "5"], logs=logs)
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0] == f"12:00:00Z  drill: 1 g6e spot node(s), template {TEMPLATE_ID}"
@@ -184,45 +270,57 @@ def test_starts_the_tagged_template_and_follows_it_to_completion(tmp_path: Path,
     # a state is printed when it changes, with the time of the poll that saw it
     assert lines[2] == f"12:00:10Z  experiment {EXPERIMENT_ID}: running"
     assert lines[3] == f"12:00:20Z  experiment {EXPERIMENT_ID}: completed (Experiment completed.)"
+    # the handler's lines, printed at their own times, once the experiment has ended
+    assert lines[4:7] == [f"12:00:05Z  handler: {INSTANCE} interruption warning",
+                          f"12:00:15Z  handler: {INSTANCE} node gone (state shutting-down)",
+                          "12:00:20Z  handler: 2 marker(s) for 1 instance(s)"]
     assert lines[-1] == f"results: {output}"
     log = events(output)
-    assert [e["event"] for e in log] == ["drill_start", "experiment_started", "experiment_state", "experiment_state", "drill_end"]
+    assert [e["event"] for e in log] == ["drill_start", "experiment_started", "experiment_state", "experiment_state",
+                                         "interruption_warning", "node_gone", "drill_end"]
     assert log[0] == {"time": "2026-11-30T12:00:00Z", "event": "drill_start", "template_id": TEMPLATE_ID, "generation": "g6e",
                       "nodes": 1, "cluster": "gennstack", "region": REGION}
     assert [e.get("status") for e in log[1:4]] == ["initiating", "running", "completed"]
     assert log[-1]["outcome"] == "completed"
 
 
-def test_ctrl_c_stops_the_experiment_and_waits_for_it(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+def test_ctrl_c_stops_the_experiment_and_waits_for_it(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
     list_templates(stubber, summary())
     start(stubber, "running")
     stubber.add_response("stop_experiment", experiment("stopping"), {"id": EXPERIMENT_ID})
     get(stubber, "stopping")
     get(stubber, "stopped", "Experiment stopped by user.")
+    # stopped before the reclaim: the warning is in the log, the gone line never comes
+    resolved(stubber, INSTANCE)
+    for until in (10, 20, 30, 40, 50, 60, 70):
+        filtered(logs[1], log_event(3, recorded("rebalance_recommendation")), until_s=until)
 
     def interrupt(sleeps: int) -> None:
         if sleeps == 1:  # during the first poll wait; the stop's own waits go on
             raise KeyboardInterrupt
 
-    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], sleep_hook=interrupt)
-    assert code == 130
+    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], sleep_hook=interrupt, logs=logs)
+    assert code == 130 and err == ""
     assert f"Ctrl-C: stopping experiment {EXPERIMENT_ID}" in out
+    assert f"handler: 1 marker(s) for 1 instance(s); no gone line (yet) for {INSTANCE}" in out
     log = events(output)
-    assert [e["event"] for e in log][-3:] == ["stop_requested", "experiment_state", "drill_end"]
-    assert log[-2]["status"] == "stopped" and log[-1]["outcome"] == "interrupted"
+    assert [e["event"] for e in log][-4:] == ["stop_requested", "experiment_state", "rebalance_recommendation", "drill_end"]
+    assert log[-3]["status"] == "stopped" and log[-1]["outcome"] == "interrupted"
 
 
-def test_bench_runs_around_the_experiment_into_the_same_folder(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+def test_bench_runs_around_the_experiment_into_the_same_folder(tmp_path: Path, fis: tuple[Any, Stubber],
+                                                               logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
     list_templates(stubber, summary())
     start(stubber)
     get(stubber, "completed")
+    handler_seen(stubber, logs[1], until_s=35)
     made: list[FakeBench] = []
     code, out, _, output = drill_cli(
         tmp_path, fis,
         ["--generation", "g6e", "--bench-lead", "30", "--bench-args", "--base-url https://gw.example/v1 --model 'gennstack-default' --duration 600"],
-        bench=made,
+        bench=made, logs=logs,
     )
     assert code == 0
     (bench,) = made
@@ -231,17 +329,21 @@ def test_bench_runs_around_the_experiment_into_the_same_folder(tmp_path: Path, f
                               "--events", str(output / "drill-events.jsonl")]
     assert bench.events == ["start", "wait"]
     log = events(output)
-    assert [e["event"] for e in log] == ["drill_start", "bench_start", "experiment_started", "experiment_state", "bench_end", "drill_end"]
+    # the handler's markers are in the file before the bench ends (it reads the file at its end)
+    assert [e["event"] for e in log] == ["drill_start", "bench_start", "experiment_started", "experiment_state",
+                                         "interruption_warning", "node_gone", "bench_end", "drill_end"]
     # the experiment starts bench-lead seconds after the bench
     assert log[1]["time"] == "2026-11-30T12:00:00Z" and log[2]["time"] == "2026-11-30T12:00:30Z"
 
 
-def test_a_failing_bench_fails_the_drill(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+def test_a_failing_bench_fails_the_drill(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
     list_templates(stubber, summary())
     start(stubber)
     get(stubber, "completed")
-    code, _, _, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--bench-lead", "0", "--bench-args", "--duration 5"], bench_code=3)
+    handler_seen(stubber, logs[1], until_s=5)
+    code, _, _, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--bench-lead", "0", "--bench-args", "--duration 5"],
+                                   bench_code=3, logs=logs)
     bench_end = events(output)[-2]
     assert code == 1 and (bench_end["event"], bench_end["exit_code"]) == ("bench_end", 3)
     assert events(output)[-1]["outcome"] == "completed"  # the experiment itself completed
@@ -301,18 +403,21 @@ def test_failed_experiment_reports_its_reason(tmp_path: Path, fis: tuple[Any, St
     list_templates(stubber, summary())
     start(stubber)
     get(stubber, "failed", "Target resolution returned empty set for target gen3-g6e-spot-nodes.", "TargetResolutionFailed")
+    resolved(stubber)  # nothing resolved: no handler line to look for
     code, out, err, _ = drill_cli(tmp_path, fis, ["--generation", "g6e"])
     assert code == 1
+    assert f"handler: no markers, experiment {EXPERIMENT_ID} resolved no spot instance" in out
     assert err.strip() == (f"gennstack drill: experiment {EXPERIMENT_ID} failed: Target resolution returned empty set "
                            "for target gen3-g6e-spot-nodes. [TargetResolutionFailed]")
 
 
-def test_stop_condition_reports_stopped(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+def test_stop_condition_reports_stopped(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
     list_templates(stubber, summary())
     start(stubber)
     get(stubber, "stopped", "Experiment stopped by stop condition.")
-    code, _, err, _ = drill_cli(tmp_path, fis, ["--generation", "g6e"])
+    handler_seen(stubber, logs[1], until_s=5)
+    code, _, err, _ = drill_cli(tmp_path, fis, ["--generation", "g6e"], logs=logs)
     assert code == 1 and f"experiment {EXPERIMENT_ID} stopped: Experiment stopped by stop condition. (a stop condition alarm" in err
 
 
@@ -321,7 +426,8 @@ def test_stop_condition_reports_stopped(tmp_path: Path, fis: tuple[Any, Stubber]
     [
         ("list_experiment_templates", "AccessDeniedException", 403,
          "permission denied: fis:ListExperimentTemplates (AccessDeniedException: no); the drill needs fis:ListExperimentTemplates, "
-         "fis:StartExperiment, fis:TagResource, fis:GetExperiment, fis:StopExperiment"),
+         "fis:StartExperiment, fis:TagResource, fis:GetExperiment, fis:StopExperiment, fis:ListExperimentResolvedTargets, "
+         "logs:FilterLogEvents"),
         ("list_experiment_templates", "ThrottlingException", 400, "throttled: fis:ListExperimentTemplates answered ThrottlingException"),
         ("list_experiment_templates", "ExpiredTokenException", 400, "credentials rejected by fis:ListExperimentTemplates"),
         ("start_experiment", "ServiceQuotaExceededException", 402, "fis:StartExperiment failed: ServiceQuotaExceededException: no"),
@@ -376,12 +482,13 @@ def test_bad_arguments_exit_2_without_calling_aws(tmp_path: Path, fis: tuple[Any
 
 
 @pytest.mark.slow
-def test_a_real_bench_run_lands_beside_the_drill_log(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+def test_a_real_bench_run_lands_beside_the_drill_log(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
     """The real `gennstack bench` subprocess (its bundled mock server, loopback only) writes into the drill's folder."""
     _, stubber = fis
     list_templates(stubber, summary())
     start(stubber)
     get(stubber, "completed")
+    handler_seen(stubber, logs[1], until_s=5)
     from gennstack.cli import build_parser
     from gennstack.drill.cli import run as run_drill
 
@@ -394,14 +501,16 @@ def test_a_real_bench_run_lands_beside_the_drill_log(tmp_path: Path, fis: tuple[
         "--bench-args", "demo --concurrency 1 --duration 2 --max-tokens 8 --warmup-seconds 0 --no-progress",
     ])
     clock = Clock()
-    code = run_drill(args, make_session=lambda **_: FakeSession(fis[0]), sleep=clock.sleep, monotonic=clock.monotonic,
+    code = run_drill(args, make_session=lambda **_: FakeSession(fis[0], logs[0]), sleep=clock.sleep, monotonic=clock.monotonic,
                      now=clock.now, stdout=io.StringIO(), stderr=io.StringIO())
     stubber.assert_no_pending_responses()
+    logs[1].assert_no_pending_responses()
     assert code == 0
     result = json.loads((output / "bench" / "result.json").read_text())
     assert result  # the bench's own result, written by the bench
     assert [e["event"] for e in events(output)] == [
-        "drill_start", "bench_start", "experiment_started", "experiment_state", "bench_end", "drill_end"]
+        "drill_start", "bench_start", "experiment_started", "experiment_state", "interruption_warning", "node_gone",
+        "bench_end", "drill_end"]
     assert events(output)[-2]["exit_code"] == 0
 
 
@@ -422,3 +531,135 @@ def test_following_a_stop_that_fails_says_so(tmp_path: Path, fis: tuple[Any, Stu
     assert code == 1 and "throttled: fis:GetExperiment" in err and f"check experiment {EXPERIMENT_ID} in the FIS console" in err
     assert made[0].events == ["start", "stop"]
     assert [e["event"] for e in events(output)][-3:] == ["stop_requested", "bench_end", "drill_end"]
+
+
+# ---- the interruption handler's markers -------------------------------------------------------------
+
+SECOND = "i-0f1e2d3c4b5a69788"
+
+
+def completed_drill(stubber: Stubber) -> None:
+    """Template, start, completed at t=5 (one poll)."""
+    list_templates(stubber, summary())
+    start(stubber)
+    get(stubber, "completed")
+
+
+def test_handler_lines_become_markers_in_time_order_as_they_arrive(tmp_path: Path, fis: tuple[Any, Stubber],
+                                                                   logs: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    completed_drill(stubber)
+    resolved(stubber, INSTANCE, SECOND)
+    both = (INSTANCE, SECOND)
+    rebalance = log_event(1, recorded("rebalance_recommendation", drained=["gen3-g6e-7f9c-0"]))
+    rebalance_2 = log_event(1.5, recorded("rebalance_recommendation", SECOND))
+    platform = log_event(1.6, "START RequestId: 52fdfc07-2182-154f-163f-5f0f9a621d72 Version: $LATEST\n")
+    warning = log_event(3, recorded("spot_interruption_warning", outcome="duplicate"))
+    redelivered = log_event(3.5, recorded("spot_interruption_warning", outcome="duplicate"))
+    warning_2 = log_event(3.2, recorded("spot_interruption_warning", SECOND, outcome="duplicate", drained=["gen3-g6e-7f9c-1"]))
+    gone = log_event(4, terminated())
+    gone_again = log_event(4.5, terminated(state="terminated"))
+    gone_2 = log_event(6, terminated(SECOND))
+    # ingestion lags: the first read has the first instance's lines only, the second has everything
+    filtered(logs[1], rebalance, platform, warning, gone, until_s=5, instances=both)
+    filtered(logs[1], rebalance, rebalance_2, platform, warning_2, warning, redelivered, gone, gone_again, gone_2,
+             until_s=15, instances=both)
+    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], logs=logs)
+    assert (code, err) == (0, "")
+    assert "12:00:15Z  handler: 8 marker(s) for 2 instance(s)" in out
+    assert f"12:00:01Z  handler: {INSTANCE} drained (node ip-10-0-1-1.us-east-2.compute.internal, pods gen3-g6e-7f9c-0)" in out
+    handler = [e for e in events(output) if e.get("source") == "interruption-handler"]
+    assert [(e["time"], e["event"], e["instance_id"]) for e in handler] == [
+        ("2026-11-30T12:00:01Z", "rebalance_recommendation", INSTANCE),
+        ("2026-11-30T12:00:01Z", "drained", INSTANCE),
+        ("2026-11-30T12:00:01.500000Z", "rebalance_recommendation", SECOND),
+        ("2026-11-30T12:00:03Z", "interruption_warning", INSTANCE),
+        ("2026-11-30T12:00:03.200000Z", "interruption_warning", SECOND),
+        ("2026-11-30T12:00:03.200000Z", "drained", SECOND),
+        ("2026-11-30T12:00:04Z", "node_gone", INSTANCE),
+        ("2026-11-30T12:00:06Z", "node_gone", SECOND),
+    ]
+    assert handler[1] == {"time": "2026-11-30T12:00:01Z", "event": "drained", "source": "interruption-handler",
+                          "instance_id": INSTANCE, "signal": "rebalance_recommendation", "generation": "g6e",
+                          "nodepool": "gen3-g6e", "pods": ["gen3-g6e-7f9c-0"], "node": "ip-10-0-1-1.us-east-2.compute.internal",
+                          "drain_latency_ms": 640.2}
+    assert handler[3]["handler_outcome"] == "duplicate" and handler[6]["state"] == "shutting-down"
+    assert [e["event"] for e in events(output)][-1] == "drill_end"
+    # the bench's timeline reads them as markers, in time order (gennstack.bench.timeline)
+    from gennstack.bench.timeline import load_events
+
+    assert [e["event"] for e in load_events(output / "drill-events.jsonl")][:4] == [
+        "drill_start", "experiment_started", "rebalance_recommendation", "drained"]
+
+
+def test_an_instance_without_handler_lines_is_named_after_the_wait(tmp_path: Path, fis: tuple[Any, Stubber],
+                                                                   logs: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    completed_drill(stubber)
+    resolved(stubber, INSTANCE, SECOND)
+    lines = (log_event(2, recorded("spot_interruption_warning")), log_event(4, terminated()))
+    for until in range(5, 66, 10):  # every 10 s for 60 s
+        filtered(logs[1], *lines, until_s=until, instances=(INSTANCE, SECOND))
+    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], logs=logs)
+    assert (code, err) == (0, "")
+    assert f"12:01:05Z  handler: 2 marker(s) for 2 instance(s); no handler line for {SECOND}" in out
+    assert [e["event"] for e in events(output)][-3:] == ["interruption_warning", "node_gone", "drill_end"]
+
+
+def test_denied_logs_warn_and_leave_the_exit_code(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    completed_drill(stubber)
+    resolved(stubber, INSTANCE)
+    logs[1].add_client_error("filter_log_events", service_error_code="AccessDeniedException",
+                             service_message="not authorized to perform: logs:FilterLogEvents", http_status_code=400)
+    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], logs=logs)
+    assert code == 0
+    (line,) = err.splitlines()
+    assert line.startswith("gennstack drill: warning: handler markers incomplete: permission denied: logs:FilterLogEvents "
+                           "(AccessDeniedException: not authorized to perform: logs:FilterLogEvents); the drill needs ")
+    assert line.endswith(f"fis:ListExperimentResolvedTargets, logs:FilterLogEvents; the lines stay in log group {LOG_GROUP}")
+    assert "12:00:05Z  handler: 0 marker(s) for 1 instance(s)\n" in out  # the log was never read: nothing said about the instance
+    assert [e["event"] for e in events(output)][-2:] == ["experiment_state", "drill_end"]
+
+
+def test_throttled_resolved_targets_warn_without_advice_to_rerun(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    completed_drill(stubber)
+    stubber.add_client_error("list_experiment_resolved_targets", service_error_code="ThrottlingException",
+                             service_message="Rate exceeded", http_status_code=400)
+    code, _, err, _ = drill_cli(tmp_path, fis, ["--generation", "g6e"])
+    assert code == 0
+    assert err == ("gennstack drill: warning: handler markers incomplete: throttled: fis:ListExperimentResolvedTargets answered "
+                   f"ThrottlingException; the lines stay in log group {LOG_GROUP}\n")
+
+
+def test_a_template_without_the_log_group_tag_warns(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+    """A stack deployed before the tag: the drill runs as before, without asking FIS or the log."""
+    _, stubber = fis
+    older = summary()
+    del older["tags"]["gennstack.io/handler-log-group"]
+    list_templates(stubber, older)
+    start(stubber)
+    get(stubber, "completed")
+    code, _, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"])
+    assert code == 0
+    assert err == (f"gennstack drill: warning: no handler markers: template {TEMPLATE_ID} has no gennstack.io/handler-log-group "
+                   "tag (a stack deployed before the tag existed); deploy the stack again to get them\n")
+    assert [e["event"] for e in events(output)] == ["drill_start", "experiment_started", "experiment_state", "drill_end"]
+
+
+def test_ctrl_c_while_reading_the_log_keeps_what_was_found(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
+    _, stubber = fis
+    completed_drill(stubber)
+    resolved(stubber, INSTANCE)
+    filtered(logs[1], log_event(2, recorded("spot_interruption_warning")), until_s=5)
+
+    def interrupt(sleeps: int) -> None:
+        if sleeps == 2:  # sleep 1 is the experiment poll, 2 the first wait for more log lines
+            raise KeyboardInterrupt
+
+    code, out, err, output = drill_cli(tmp_path, fis, ["--generation", "g6e"], logs=logs, sleep_hook=interrupt)
+    assert code == 0  # the experiment completed; no StopExperiment for a finished experiment
+    assert err == "gennstack drill: warning: handler markers incomplete: interrupted (Ctrl-C) while reading the handler's log\n"
+    assert [e["event"] for e in events(output)][-2:] == ["interruption_warning", "drill_end"]
+    assert f"no gone line (yet) for {INSTANCE}" in out

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from gennstack.config import ConfigError, load_config
-from gennstack.drill.templates import experiment_template, template_tags
+from app import STACK_NAME
+from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, MAX_TAG_VALUE, experiment_template, template_tags
 from tests.support import Synth
 
 VARIANT_POOLS = {"inf2": "gen1-inf2", "g6e": "gen3-g6e"}  # the variant disables trn2
@@ -98,11 +99,32 @@ def test_role_may_interrupt_only_this_pools_nodes_of_this_cluster(synth_variant:
 def test_a_longer_duration_is_iso_minutes() -> None:
     props = experiment_template(
         cluster_name="c", generation="g6e", pool="gen3-g6e", nodes=2, minutes_before_interruption=15,
-        role_arn="arn:aws:iam::123456789012:role/r", stop_alarm_arns=[],
+        role_arn="arn:aws:iam::123456789012:role/r", stop_alarm_arns=[], handler_log_group="handler-logs",
     )
     assert props["Actions"]["interrupt"]["Parameters"] == {"durationBeforeInterruption": "PT15M"}
     assert props["Targets"]["gen3-g6e-spot-nodes"]["SelectionMode"] == "COUNT(2)"
-    assert props["Tags"] == template_tags(cluster_name="c", generation="g6e", nodes=2)
+    assert props["Tags"] == {**template_tags(cluster_name="c", generation="g6e", nodes=2), HANDLER_LOG_GROUP_TAG: "handler-logs"}
+
+
+# CloudFormation names a resource without a name "<stack name>-<logical ID>-<random>" (AWS CloudFormation
+# template reference, "CloudFormation resource custom naming": "MyStack-MyBucket-abcdefghijk1", a
+# 12-character suffix). 32 leaves room for a longer suffix than the documented one.
+GENERATED_SUFFIX_ALLOWANCE = 32
+
+
+def test_every_template_names_the_interruption_handlers_log_group(synth_variant: Synth) -> None:
+    groups = {k for k, v in synth_variant.resources("AWS::Logs::LogGroup").items()
+              if v["Metadata"]["aws:cdk:path"] == f"{STACK_NAME}/InterruptionHandler/Logs/Resource"}
+    (group,) = groups
+    function = next(v for k, v in synth_variant.resources("AWS::Lambda::Function").items() if k.startswith("InterruptionHandlerFunction"))
+    assert function["Properties"]["LoggingConfig"]["LogGroup"] == {"Ref": group}
+    for resource in _templates(synth_variant).values():
+        assert resource["Properties"]["Tags"][HANDLER_LOG_GROUP_TAG] == {"Ref": group}
+    # The log group has no name of its own: CloudFormation generates it (the name is not known at
+    # synth). Its worst case from the generated-name pattern fits an FIS tag value.
+    assert "LogGroupName" not in synth_variant.resources("AWS::Logs::LogGroup")[group]["Properties"]
+    worst = len(STACK_NAME) + 1 + len(group) + 1 + GENERATED_SUFFIX_ALLOWANCE
+    assert worst <= MAX_TAG_VALUE, worst
 
 
 @pytest.mark.parametrize(
