@@ -106,20 +106,22 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
 
 
-@pytest.fixture
-def fis() -> tuple[Any, Stubber]:
-    client = boto3.Session(region_name=REGION).client("fis", region_name=REGION, config=client_config(1))
+def stubbed(service: str) -> tuple[Any, Stubber]:
+    """A real botocore client of ``service`` behind an active Stubber (no retries)."""
+    client = boto3.Session(region_name=REGION).client(service, region_name=REGION, config=client_config(1))
     stubber = Stubber(client)
     stubber.activate()
     return client, stubber
+
+
+@pytest.fixture
+def fis() -> tuple[Any, Stubber]:
+    return stubbed("fis")
 
 
 @pytest.fixture
 def logs() -> tuple[Any, Stubber]:
-    client = boto3.Session(region_name=REGION).client("logs", region_name=REGION, config=client_config(1))
-    stubber = Stubber(client)
-    stubber.activate()
-    return client, stubber
+    return stubbed("logs")
 
 
 def list_templates(stubber: Stubber, *summaries: dict[str, Any]) -> None:
