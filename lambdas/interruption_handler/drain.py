@@ -109,16 +109,30 @@ def is_serving(pod: dict[str, Any]) -> bool:
 
 def drain_nodes(kube: KubeClient, *, namespace: str, pods: list[dict[str, Any]], nodes: set[str]) -> Routing:
     """Drain the serving pods on ``nodes`` (``pods``: all the generation's serving pods) unless that
-    would leave the Service without a serving pod: then leave them routable, as ``kept``."""
+    would leave the Service without a serving pod: then the pods on ``nodes`` stay, or become again,
+    routable, and are reported ``kept``. Becoming again: two invocations draining two nodes at once
+    can each see the other's pod still serving and together drain the last ones; the next drain or
+    reconcile (within a minute) puts them back."""
     doomed = [pod for pod in pods if node_of(pod) in nodes]
+    where = ",".join(sorted(nodes))
     if any(is_serving(pod) for pod in pods if node_of(pod) not in nodes):
-        return set_routing(kube, namespace=namespace, node=",".join(sorted(nodes)), routable=False, pods=doomed)
-    result = Routing("false")
-    for pod in doomed:
-        name = _name(pod, namespace=namespace, node=node_of(pod))
-        labelled = ((pod.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL)
-        (result.unchanged if labelled == "false" else result.kept).append(name)
-    return result
+        return set_routing(kube, namespace=namespace, node=where, routable=False, pods=doomed)
+    restored = set_routing(kube, namespace=namespace, node=where, routable=True, pods=doomed)
+    return Routing("false", gone=restored.gone, kept=restored.unchanged + restored.changed)
+
+
+def undo_if_last(kube: KubeClient, *, namespace: str, drain: Drain, routing: Routing, node: str) -> Routing:
+    """After a drain: when the generation has no serving pod left (another invocation drained the
+    others meanwhile), put back what this drain took out and report it ``kept``."""
+    if not routing.changed:
+        return routing
+    pods = kube.list_items(pods_path(namespace), label_selector=drain.pods)
+    if any(is_serving(pod) for pod in pods):
+        return routing
+    mine = [pod for pod in pods if _name(pod, namespace=namespace, node=node) in set(routing.changed)]
+    back = set_routing(kube, namespace=namespace, node=node, routable=True, pods=mine)
+    return Routing("false", unchanged=routing.unchanged, gone=routing.gone + back.gone,
+                   kept=routing.kept + back.changed + back.unchanged)
 
 
 def set_routing(kube: KubeClient, *, namespace: str, node: str, routable: bool, pods: Iterable[dict[str, Any]]) -> Routing:
@@ -150,7 +164,8 @@ def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain,
     if node is None:
         return None, Routing("false")
     pods = kube.list_items(pods_path(namespace), label_selector=drain.pods)
-    return node, drain_nodes(kube, namespace=namespace, pods=pods, nodes={node})
+    routing = drain_nodes(kube, namespace=namespace, pods=pods, nodes={node})
+    return node, undo_if_last(kube, namespace=namespace, drain=drain, routing=routing, node=node)
 
 
 def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str],

@@ -66,10 +66,12 @@ def test_warning_drains_exactly_the_doomed_nodes_serving_pods(
     assert all(p.headers["content-type"] == "application/merge-patch+json" for p in patches)
     assert kubernetes.pod_labels(NAMESPACE, "gen3-g6e-a")["pod-template-hash"] == "5c4b"
     # the lists: nodes of the pool by label; the generation's serving pods, all nodes (one list: the
-    # guard needs the other nodes' pods too), split by spec.nodeName in the handler
+    # guard needs the other nodes' pods too), split by spec.nodeName in the handler; after the patches,
+    # the same list again (a concurrent drain may have taken the other serving pods meanwhile)
     lists = [urlsplit(r.path) for r in kubernetes.requests if r.method == "GET" and r.path.startswith("/api/v1/")]
     assert [(u.path, parse_qs(u.query)) for u in lists] == [
         ("/api/v1/nodes", {"labelSelector": ["karpenter.sh/nodepool=gen3-g6e-spot"]}),
+        (f"/api/v1/namespaces/{NAMESPACE}/pods", {"labelSelector": [SELECTOR]}),
         (f"/api/v1/namespaces/{NAMESPACE}/pods", {"labelSelector": [SELECTOR]}),
     ]
     out = capsys.readouterr().out
@@ -405,3 +407,43 @@ def test_pods_on_every_doomed_node_are_kept_when_no_other_serves(
     [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
     assert (routing["drained_pods"], routing["kept_pods"]) == (["gen3-g6e-a", "gen3-g6e-b"], [])
     assert routable(kubernetes) == {"gen3-g6e-a": "false", "gen3-g6e-b": "false", "gen3-g6e-c": "true"}
+
+
+def test_a_drain_that_raced_another_away_from_the_last_replica_is_undone(
+    handler: Any, lambda_context: LambdaContext, only: str, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two invocations at once (FIS warns every target together; the function has no reserved
+    concurrency by default) can each see the other's pod serving and together drain the last ones.
+    After its patches the handler lists the pods again: with none serving, it puts its own back."""
+    drain_env(monkeypatch, ["spot_interruption_warning"])
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-c", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"})
+
+    def other_invocation_drains_c(fake: FakeKubernetes, seen: Any) -> None:
+        assert seen.method == "PATCH" and seen.path.endswith("/pods/gen3-g6e-a")
+        fake.pod_labels(NAMESPACE, "gen3-g6e-c")[ROUTABLE] = "false"
+
+    kubernetes.faults.extend([None, None, other_invocation_drains_c])  # nodes, pods, then the PATCH of a
+    result = handler.lambda_handler(load_event("spot_interruption_warning", instance_id=only), lambda_context)
+    [entry] = result["results"]
+    assert (entry["drained_pods"], entry["kept_pods"]) == ([], ["gen3-g6e-a"])
+    assert routable(kubernetes) == {"gen3-g6e-a": "true", "gen3-g6e-c": "false"}
+    assert [p.body["metadata"]["labels"][ROUTABLE] for p in kubernetes.pod_patches()] == ["false", "true"]
+
+
+def test_the_reconciler_puts_back_the_last_replicas_two_racing_drains_left_out(
+    handler: Any, lambda_context: LambdaContext, launch: Launch, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The state two racing drains can leave: both doomed nodes' pods drained, no other replica. The
+    next reconcile sets them routable again (kept), so the model is out for at most a minute."""
+    drain_env(monkeypatch, ["rebalance_recommendation"])
+    first, second = (launch("gen3-g6e-spot", instance_type="g6e.xlarge") for _ in range(2))
+    kubernetes.add_node(DOOMED_NODE, pool="gen3-g6e-spot", instance_id=first)
+    kubernetes.add_node(OTHER_NODE, pool="gen3-g6e-spot", instance_id=second)
+    for instance_id in (first, second):
+        handler.lambda_handler(load_event("rebalance_recommendation", instance_id=instance_id), lambda_context)
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-a", node=DOOMED_NODE, labels={**SERVER, ROUTABLE: "false"})
+    kubernetes.add_pod(NAMESPACE, "gen3-g6e-b", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "false"})
+    tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    [routing] = [r for r in tick["results"] if r["outcome"] == "routing"]
+    assert (routing["drained_pods"], routing["kept_pods"]) == ([], ["gen3-g6e-a", "gen3-g6e-b"])
+    assert routable(kubernetes) == {"gen3-g6e-a": "true", "gen3-g6e-b": "true"}
