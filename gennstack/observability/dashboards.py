@@ -260,6 +260,17 @@ def spot_dashboard() -> dict[str, Any]:
         _panel("Warning to replacement ready", "ms", [
             ("max by (dimension_generation) (aws_gennstack_prewarm_latency_average)", "{{dimension_generation}} spare raised"),
         ], description="From the interruption warning to the warm spare's scale-up (the handler's PrewarmLatency)."),
+        _panel("Drain routing: serving pods drained, restored, kept", "none", [
+            ("sum by (dimension_generation) (aws_gennstack_drained_pods_sum)", "{{dimension_generation}} drained"),
+            ("sum by (dimension_generation) (aws_gennstack_restored_pods_sum)", "{{dimension_generation}} restored"),
+            ("max by (dimension_generation) (aws_gennstack_kept_pods_maximum)", "{{dimension_generation}} kept (last replicas)"),
+        ], description="Pods taken out of routing on a doomed node, given back when a rebalance did not become an "
+                       "interruption, and kept in routing because they were a generation's last serving replicas "
+                       "(docs/spot-drills.md)."),
+        _panel("Drain latency (signal to pods out of routing)", "ms", [
+            ("max by (dimension_generation) (aws_gennstack_drain_latency_maximum)", "{{dimension_generation}}"),
+        ], description="From the EC2 event's time to the last pod patched (the handler's DrainLatency); Envoy drops "
+                       "the pods at the next DNS refresh after that."),
         _panel("Pod startup p95 (Karpenter)", "s", [
             (f"histogram_quantile(0.95, sum by (le) (rate(karpenter_pods_startup_duration_seconds_bucket[{RATE}])))", "p95")]),
         _panel("Interruption handler errors and dead letters", "none", [

@@ -112,6 +112,10 @@ METRICS: dict[str, str] = {
     "aws_gennstack_errors_sum": _YACE,
     "aws_gennstack_prewarm_latency_average": _YACE,
     "aws_gennstack_warm_spare_replicas_maximum": _YACE,
+    "aws_gennstack_drained_pods_sum": _YACE,
+    "aws_gennstack_restored_pods_sum": _YACE,
+    "aws_gennstack_kept_pods_maximum": _YACE,
+    "aws_gennstack_drain_latency_maximum": _YACE,
 }
 # Series GenNStack's own recording rules write (gennstack.observability.rules).
 RECORDED = {"gennstack:node_hourly_price_usd"}

@@ -163,7 +163,8 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
     """YACE's config: the interruption handler's dead-letter queue depth and its own metrics.
 
     The handler publishes Interruptions, DuplicateSignals, PrewarmLatency, HandlerLatency,
-    WarmSpareReplicas and Errors in ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
+    WarmSpareReplicas, Errors and, for drain routing, DrainedPods, RestoredPods, KeptPods and
+    DrainLatency in ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
     """
     period = {"period": 60, "length": 300}
     return {
@@ -186,6 +187,11 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
                 {"name": "Errors", "statistics": ["Sum"], "nilToZero": True, **period},
                 {"name": "PrewarmLatency", "statistics": ["Average", "Maximum"], **period},
                 {"name": "WarmSpareReplicas", "statistics": ["Maximum"], **period},
+                {"name": "DrainedPods", "statistics": ["Sum"], "nilToZero": True, **period},
+                {"name": "RestoredPods", "statistics": ["Sum"], "nilToZero": True, **period},
+                # published every reconcile (each minute) while a generation's last replicas are kept
+                {"name": "KeptPods", "statistics": ["Maximum"], "nilToZero": True, **period},
+                {"name": "DrainLatency", "statistics": ["Maximum"], **period},
             ],
         }],
     }
