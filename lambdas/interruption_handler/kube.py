@@ -79,12 +79,9 @@ class KubeClient:
         body = {"metadata": {"resourceVersion": resource_version}, "spec": {"replicas": replicas}}
         return _scale(self._call("PATCH", self.scale_path(namespace, deployment), body), namespace, deployment)
 
-    def list_items(self, path: str, *, label_selector: str, field_selector: str | None = None) -> list[dict[str, Any]]:
-        """``GET`` a collection (``/api/v1/nodes``, ``/api/v1/namespaces/<ns>/pods``) filtered by selectors."""
-        query = {"labelSelector": label_selector}
-        if field_selector:
-            query["fieldSelector"] = field_selector
-        body = self._call("GET", f"{path}?{urlencode(query)}", None)
+    def list_items(self, path: str, *, label_selector: str) -> list[dict[str, Any]]:
+        """``GET`` a collection (``/api/v1/nodes``, ``/api/v1/namespaces/<ns>/pods``) filtered by a label selector."""
+        body = self._call("GET", f"{path}?{urlencode({'labelSelector': label_selector})}", None)
         items = body.get("items") if isinstance(body, dict) else None
         if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
             raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a list (no items)", method="GET", path=path)

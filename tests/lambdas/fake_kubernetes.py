@@ -1,6 +1,5 @@
 """A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale, and for
-listing nodes and pods (equality label selectors, the ``spec.nodeName`` field selector) and
-merge-patching a pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
+listing nodes and pods (equality label selectors) and merge-patching a pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
 
 It authenticates like EKS would (a ``k8s-aws-v1.`` token whose presigned STS URL is correctly signed
 for this cluster, else 401), keeps each Deployment's replicas and resourceVersion, honours the
@@ -189,17 +188,13 @@ class FakeKubernetes:
 
 
 def _matches(obj: dict[str, Any], query: dict[str, list[str]]) -> bool:
-    """Equality label selectors and the ``spec.nodeName`` field selector, as the API server applies them."""
+    """Equality label selectors, as the API server applies them (the handler sends no field selector)."""
+    if query.get("fieldSelector"):
+        raise AssertionError(f"the fake supports no field selector, got {query['fieldSelector']!r}")
     labels = obj["metadata"].get("labels") or {}
     for term in filter(None, ",".join(query.get("labelSelector", [])).split(",")):
         key, _, value = term.partition("=")
         if labels.get(key) != value:
-            return False
-    for term in filter(None, ",".join(query.get("fieldSelector", [])).split(",")):
-        key, _, value = term.partition("=")
-        if key != "spec.nodeName":
-            raise AssertionError(f"the fake supports only the spec.nodeName field selector, got {term!r}")
-        if obj.get("spec", {}).get("nodeName") != value:
             return False
     return True
 
