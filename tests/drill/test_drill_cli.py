@@ -210,6 +210,13 @@ def handler_seen(fis_stubber: Stubber, logs_stubber: Stubber, *, until_s: float)
              log_event(until_s - 5, terminated()), until_s=until_s)
 
 
+def completed_drill(stubber: Stubber) -> None:
+    """Template, start, completed at t=5 (one poll)."""
+    list_templates(stubber, summary())
+    start(stubber)
+    get(stubber, "completed")
+
+
 def drill_cli(tmp_path: Path, fis: tuple[Any, Stubber], argv: list[str], *, config: dict[str, Any] | None = None,
               bench: list[FakeBench] | None = None, bench_code: int = 0, sleep_hook: Any = None,
               logs: tuple[Any, Stubber] | None = None) -> tuple[int, str, str, Path]:
@@ -217,9 +224,7 @@ def drill_cli(tmp_path: Path, fis: tuple[Any, Stubber], argv: list[str], *, conf
 
     client, stubber = fis
     if logs is None:  # a drill that never reads the handler's log: any call fails the stubber
-        logs_client = boto3.Session(region_name=REGION).client("logs", region_name=REGION, config=client_config(1))
-        logs = (logs_client, Stubber(logs_client))
-        logs[1].activate()
+        logs = stubbed("logs")
     config_file = tmp_path / "drill.json"
     config_file.write_text(json.dumps(config or {"region": REGION, "drills": {"enabled": True}}))
     output = tmp_path / "result"
@@ -314,9 +319,7 @@ def test_ctrl_c_stops_the_experiment_and_waits_for_it(tmp_path: Path, fis: tuple
 def test_bench_runs_around_the_experiment_into_the_same_folder(tmp_path: Path, fis: tuple[Any, Stubber],
                                                                logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
-    list_templates(stubber, summary())
-    start(stubber)
-    get(stubber, "completed")
+    completed_drill(stubber)
     handler_seen(stubber, logs[1], until_s=35)
     made: list[FakeBench] = []
     code, out, _, output = drill_cli(
@@ -340,9 +343,7 @@ def test_bench_runs_around_the_experiment_into_the_same_folder(tmp_path: Path, f
 
 def test_a_failing_bench_fails_the_drill(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
     _, stubber = fis
-    list_templates(stubber, summary())
-    start(stubber)
-    get(stubber, "completed")
+    completed_drill(stubber)
     handler_seen(stubber, logs[1], until_s=5)
     code, _, _, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--bench-lead", "0", "--bench-args", "--duration 5"],
                                    bench_code=3, logs=logs)
@@ -487,9 +488,7 @@ def test_bad_arguments_exit_2_without_calling_aws(tmp_path: Path, fis: tuple[Any
 def test_a_real_bench_run_lands_beside_the_drill_log(tmp_path: Path, fis: tuple[Any, Stubber], logs: tuple[Any, Stubber]) -> None:
     """The real `gennstack bench` subprocess (its bundled mock server, loopback only) writes into the drill's folder."""
     _, stubber = fis
-    list_templates(stubber, summary())
-    start(stubber)
-    get(stubber, "completed")
+    completed_drill(stubber)
     handler_seen(stubber, logs[1], until_s=5)
     from gennstack.cli import build_parser
     from gennstack.drill.cli import run as run_drill
@@ -538,13 +537,6 @@ def test_following_a_stop_that_fails_says_so(tmp_path: Path, fis: tuple[Any, Stu
 # ---- the interruption handler's markers -------------------------------------------------------------
 
 SECOND = "i-0f1e2d3c4b5a69788"
-
-
-def completed_drill(stubber: Stubber) -> None:
-    """Template, start, completed at t=5 (one poll)."""
-    list_templates(stubber, summary())
-    start(stubber)
-    get(stubber, "completed")
 
 
 def test_handler_lines_become_markers_in_time_order_as_they_arrive(tmp_path: Path, fis: tuple[Any, Stubber],

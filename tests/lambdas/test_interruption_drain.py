@@ -383,19 +383,25 @@ def test_the_reconciler_drains_kept_pods_once_another_replica_is_ready(
     assert not [r for r in tick["results"] if r["outcome"] == "routing"]
 
 
+def _two_doomed_nodes(handler: Any, lambda_context: LambdaContext, launch: Launch, kubernetes: FakeKubernetes,
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """DOOMED_NODE and OTHER_NODE both with an active rebalance record that drains their pool (no pods yet)."""
+    drain_env(monkeypatch, ["rebalance_recommendation"])
+    first, second = (launch("gen3-g6e-spot", instance_type="g6e.xlarge") for _ in range(2))
+    kubernetes.add_node(DOOMED_NODE, pool="gen3-g6e-spot", instance_id=first)
+    kubernetes.add_node(OTHER_NODE, pool="gen3-g6e-spot", instance_id=second)
+    for instance_id in (first, second):
+        handler.lambda_handler(load_event("rebalance_recommendation", instance_id=instance_id), lambda_context)
+
+
 def test_pods_on_every_doomed_node_are_kept_when_no_other_serves(
     handler: Any, lambda_context: LambdaContext, launch: Launch, kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Two doomed nodes (rebalances: not cordoned, so the replicas land there after the signals), no
     replica elsewhere: a pod on the other doomed node is no survivor, so the reconciler keeps both. A
     Ready replica on a third node lets it drain both."""
-    drain_env(monkeypatch, ["rebalance_recommendation"])
-    first, second = (launch("gen3-g6e-spot", instance_type="g6e.xlarge") for _ in range(2))
-    kubernetes.add_node(DOOMED_NODE, pool="gen3-g6e-spot", instance_id=first)
-    kubernetes.add_node(OTHER_NODE, pool="gen3-g6e-spot", instance_id=second)
+    _two_doomed_nodes(handler, lambda_context, launch, kubernetes, monkeypatch)
     kubernetes.add_node("ip-10-0-3-3.ec2.internal", pool="gen3-g6e-spot", instance_id="i-0cccccccccccccccc")
-    for instance_id in (first, second):
-        handler.lambda_handler(load_event("rebalance_recommendation", instance_id=instance_id), lambda_context)
     kubernetes.add_pod(NAMESPACE, "gen3-g6e-a", node=DOOMED_NODE, labels={**SERVER, ROUTABLE: "true"})
     kubernetes.add_pod(NAMESPACE, "gen3-g6e-b", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "true"})
     tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
@@ -435,12 +441,7 @@ def test_the_reconciler_puts_back_the_last_replicas_two_racing_drains_left_out(
 ) -> None:
     """The state two racing drains can leave: both doomed nodes' pods drained, no other replica. The
     next reconcile sets them routable again (kept), so the model is out for at most a minute."""
-    drain_env(monkeypatch, ["rebalance_recommendation"])
-    first, second = (launch("gen3-g6e-spot", instance_type="g6e.xlarge") for _ in range(2))
-    kubernetes.add_node(DOOMED_NODE, pool="gen3-g6e-spot", instance_id=first)
-    kubernetes.add_node(OTHER_NODE, pool="gen3-g6e-spot", instance_id=second)
-    for instance_id in (first, second):
-        handler.lambda_handler(load_event("rebalance_recommendation", instance_id=instance_id), lambda_context)
+    _two_doomed_nodes(handler, lambda_context, launch, kubernetes, monkeypatch)
     kubernetes.add_pod(NAMESPACE, "gen3-g6e-a", node=DOOMED_NODE, labels={**SERVER, ROUTABLE: "false"})
     kubernetes.add_pod(NAMESPACE, "gen3-g6e-b", node=OTHER_NODE, labels={**SERVER, ROUTABLE: "false"})
     tick = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
