@@ -1,6 +1,6 @@
 """What a config can synthesize but a user should not deploy without knowing: one list, three readers.
 
-The synth (``constructs/cluster.py`` adds each as a CDK warning, which ``cdk synth`` and
+The synth (``gennstack_infra/components/cluster.py`` adds each as a CDK warning, which ``cdk synth`` and
 ``cdk deploy`` print), ``gennstack summary`` (from the config recorded in the template) and
 ``gennstack preflight`` (which fails on a missing admin) say the same thing in the same words.
 Works on the JSON form of the config (``GenNStackConfig.model_dump(mode="json")``), which is what

@@ -17,7 +17,7 @@ NEURON_CORES_PER_DEVICE = {"inf2": 2, "trn2": 4}
 
 # Root volumes of the EC2NodeClasses, gp3 (GiB, IOPS, MB/s), by pool. inf2 has no instance store,
 # so its root volume also holds the model cache (Llama 3 70B in BF16 is ~140 GB) and gets more
-# throughput; trn2 and g6e keep models on RAID0 NVMe. constructs/node_pools.py builds the node
+# throughput; trn2 and g6e keep models on RAID0 NVMe. gennstack_infra/components/node_pools.py builds the node
 # classes from these, gennstack.cost prices them.
 ROOT_VOLUMES: dict[str, tuple[int, int, int]] = {
     "general": (100, 3000, 125),
@@ -67,7 +67,7 @@ def pool_limits(instance_types: tuple[str, ...], max_nodes: int) -> dict[str, in
     """A NodePool's limits: ``max_nodes`` of the largest configured type, per resource.
 
     ``cpu`` (vCPUs), ``memory_gib`` and the accelerator resource of the types. Karpenter's
-    NodePools (constructs/node_pools.py) set them as limits, and ``gennstack preflight`` counts
+    NodePools (gennstack_infra/components/node_pools.py) set them as limits, and ``gennstack preflight`` counts
     the same vCPUs against the EC2 quotas, so the two cannot drift apart.
     """
     specs = [INSTANCE_TYPES[t] for t in instance_types]

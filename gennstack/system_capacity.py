@@ -18,7 +18,8 @@ Not modelled: the kube-proxy add-on's request (its EKS manifest is not public: c
 marked not pinned), the config-reloader sidecars Prometheus Operator adds (0), Helm hook Jobs
 (kube-prometheus-stack's admission-webhook patch: short-lived, no requests), and the gap between
 EC2's nominal memory and the kernel's MemTotal (capacity is a little lower than counted here).
-``deployments`` imports the constructs' values functions, which import aws_cdk (jsii starts).
+The values functions are plain modules (``gennstack/controller_values.py``, the gateway's and
+monitoring's ``values.py``) that the constructs call too, so this check never loads CDK.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gennstack import versions
 from gennstack.config import ConfigError, GenNStackConfig
+from gennstack.controller_values import karpenter_values, load_balancer_controller_values, operator_values
+from gennstack.gateway import values as gw
+from gennstack.gateway.config import routing_table
+from gennstack.observability import values as obs
+from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 
 MIB_PER_GIB = 1024
 
@@ -86,7 +93,7 @@ CHART_DEFAULTS: dict[str, Default] = {
                             "kubernetes-sigs/aws-ebs-csi-driver helm-chart-aws-ebs-csi-driver-2.64.0 values.yaml "
                             "node.resources.requests 10m/40Mi + templates/_node.tpl node-driver-registrar and "
                             "liveness-probe 10m/32Mi each"),
-    # The aws-node pod: the aws-node container and, with network policy on (constructs/cluster.py
+    # The aws-node pod: the aws-node container and, with network policy on (gennstack_infra/components/cluster.py
     # ADDON_CONFIGURATION), the aws-eks-nodeagent container, which takes .Values.resources too
     # (templates/daemonset.yaml ``default .Values.resources .Values.nodeAgent.resources``). The
     # add-on is v1.23.2-eksbuild.1; the newest tag in the repository is v1.23.0.
@@ -217,18 +224,9 @@ def worst_case(config: GenNStackConfig) -> GenNStackConfig:
 
 def deployments(config: GenNStackConfig) -> list[Line]:
     """Every Deployment/StatefulSet pod pinned to the system nodes, with its replicas, for ``config``."""
-    from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
-    from constructs.karpenter import chart_values as karpenter_values
-    from constructs.load_balancer_controller import chart_values as lbc_values
-    from constructs.operators import chart_values as operator_values
-    from gennstack import versions
-    from gennstack.gateway import values as gw
-    from gennstack.gateway.config import routing_table
-    from gennstack.observability import values as obs
-
     sel, tol = SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
     karpenter = karpenter_values(cluster_name="c", queue_name="q", region="us-east-1")
-    lbc = lbc_values(cluster_name="c", region="us-east-1", vpc_id="vpc-0")
+    lbc = load_balancer_controller_values(cluster_name="c", region="us-east-1", vpc_id="vpc-0")
     ops = operator_values()
     eg = gw.envoy_gateway_values(config.gateway, system_node_selector=sel, system_tolerations=tol)
     ai = gw.ai_gateway_values(system_node_selector=sel, system_tolerations=tol)
@@ -240,7 +238,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
     keda = ops[versions.KEDA.name]
     lines = [
         Line("karpenter", karpenter["replicas"], _requests(karpenter["controller"]["resources"]),
-             "constructs/karpenter.py chart_values"),
+             "gennstack/controller_values.py karpenter_values"),
         Line("aws-load-balancer-controller", lbc["replicaCount"], d["aws-load-balancer-controller"].requests,
              d["aws-load-balancer-controller"].source),
         Line("envoy-gateway", eg["deployment"]["replicas"], d["envoy-gateway"].requests, d["envoy-gateway"].source),
@@ -254,7 +252,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
         Line("keda-operator", keda["operator"]["replicaCount"], d["keda"].requests, d["keda"].source),
         Line("keda-metrics-apiserver + admission-webhooks", 2, d["keda"].requests, d["keda"].source),
         Line("kuberay-operator", 1, _requests(ops[versions.KUBERAY_OPERATOR.name]["resources"]),
-             "constructs/operators.py chart_values"),
+             "gennstack/controller_values.py operator_values"),
         Line("metrics-server", ops[versions.METRICS_SERVER.name]["replicas"], d["metrics-server"].requests,
              d["metrics-server"].source),
         Line("ebs-csi-controller", 2, d["ebs-csi-controller"].requests, d["ebs-csi-controller"].source),

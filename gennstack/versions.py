@@ -7,13 +7,7 @@ that shows in the template snapshot. Re-check managed add-on builds before an up
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # importing them starts jsii's Node.js: only stacks need them, not the CLI tools
-    from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
-    from constructs import Construct
 
 
 @dataclass(frozen=True)
@@ -21,18 +15,14 @@ class KubernetesRelease:
     """A Kubernetes minor with the kubectl/helm layer of the same minor and its managed add-ons.
 
     kubectl supports one minor of skew, so the kubectl Lambda layer must match the cluster.
+    ``kubectl_layer`` names the layer's PyPI package (pinned in requirements.txt); the cluster
+    construct maps it to the layer's class (``gennstack_infra/components/cluster.py``).
     """
 
     kubernetes: str
-    kubectl_layer: Callable[[Construct, str], KubectlV36Layer]
+    kubectl_layer: str
     addons: dict[str, str] = field(default_factory=dict)
     pod_identity_agent: str = ""
-
-
-def _kubectl_v36(scope: Construct, construct_id: str) -> KubectlV36Layer:
-    from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
-
-    return KubectlV36Layer(scope, construct_id)
 
 
 KUBERNETES: dict[str, KubernetesRelease] = {
@@ -40,7 +30,7 @@ KUBERNETES: dict[str, KubernetesRelease] = {
     # support. Add-on builds seen on EKS 1.36 clusters.
     "1.36": KubernetesRelease(
         kubernetes="1.36",
-        kubectl_layer=lambda scope, construct_id: _kubectl_v36(scope, construct_id),
+        kubectl_layer="aws-cdk.lambda-layer-kubectl-v36",
         addons={
             "vpc-cni": "v1.23.2-eksbuild.1",
             "coredns": "v1.14.7-eksbuild.11",

@@ -47,7 +47,7 @@ class Synth:
 
 def synthesize(outdir: Path, gennstack: dict[str, Any] | None = None) -> Synth:
     """Build the app the way app.py does (cdk.json context plus overrides) and synthesize it."""
-    from app import build_app
+    from gennstack_infra.app import build_app
 
     context = dict(CLI_CONTEXT)
     if gennstack is not None:
@@ -58,7 +58,7 @@ def synthesize(outdir: Path, gennstack: dict[str, Any] | None = None) -> Synth:
 
 
 def _merged_defaults(override: dict[str, Any]) -> dict[str, Any]:
-    from app import cdk_json_context
+    from gennstack_infra.app import cdk_json_context
 
     def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         out = dict(base)
@@ -144,7 +144,7 @@ def unexpected_validation_findings(outdir: Path, config: Any) -> list[dict[str, 
     """Violations in a synth's validation report other than the warnings GenNStack means to print.
 
     cdk-nag's findings and any construct annotation count; the one expected entry is the warning
-    ``constructs/cluster.py`` adds when ``cluster.admin_role_arns`` is empty.
+    ``gennstack_infra/components/cluster.py`` adds when ``cluster.admin_role_arns`` is empty.
     """
     from gennstack.deploy_warnings import NO_ADMIN
 

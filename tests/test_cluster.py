@@ -7,10 +7,10 @@ import json
 import pytest
 from aws_cdk.assertions import Template
 
-from constructs.karpenter_interruption import INTERRUPTION_PATTERNS
-from constructs.operators import chart_values
+from gennstack_infra.components.karpenter_interruption import INTERRUPTION_PATTERNS
+from gennstack.controller_values import operator_values
 from gennstack import versions
-from tests.support import Synth, depends_on
+from tests.support import ROOT, Synth, depends_on
 
 
 def _one(synth: Synth, resource_type: str) -> dict:
@@ -30,12 +30,14 @@ def test_auto_mode_is_off_and_no_default_capacity(synth: Synth) -> None:
 def test_kubernetes_version_and_matching_kubectl_layer(synth: Synth) -> None:
     cluster = _one(synth, "AWS::EKS::Cluster")
     assert cluster["Version"] == "1.36"
-    from aws_cdk import App, Stack
+    from gennstack_infra.components.cluster import KUBECTL_LAYERS
 
+    pins = (ROOT / "requirements.txt").read_text(encoding="utf-8")
     for minor, release in versions.KUBERNETES.items():
-        layer = release.kubectl_layer(Stack(App(), "LayerTest"), "Layer")
         # kubectl supports one minor of skew: the layer's minor must be the cluster's.
-        assert type(layer).__name__ == f"KubectlV{minor.replace('1.', '')}Layer"
+        assert KUBECTL_LAYERS[release.kubectl_layer].__name__ == f"KubectlV{minor.replace('1.', '')}Layer"
+        assert release.kubectl_layer.endswith(f"-v{minor.replace('1.', '')}")
+        assert f"\n{release.kubectl_layer}==" in pins  # the package is pinned
 
 
 def test_access_entries_only_and_no_creator_admin(synth: Synth) -> None:
@@ -282,7 +284,7 @@ def test_controllers_run_on_system_nodes(synth: Synth, chart: str) -> None:
 
 
 def test_device_plugins_tolerate_accelerator_taints() -> None:
-    values = chart_values()
+    values = operator_values()
     assert values["nvidia-device-plugin"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "nvidia" in json.dumps(values["nvidia-device-plugin"]["affinity"])
     assert values["neuron-helm-chart"]["devicePlugin"]["tolerations"][0]["key"] == "aws.amazon.com/neuron"

@@ -43,7 +43,7 @@ def test_no_unacknowledged_validation_findings(which: str, request: pytest.Fixtu
 
 def test_nag_fails_synth_on_a_finding(tmp_path: Path) -> None:
     """The check can fail: an unencrypted, non-TLS bucket without access logs stops the synth."""
-    from app import build_app
+    from gennstack_infra.app import build_app
 
     app, stack, _ = build_app(outdir=str(tmp_path))
     s3.Bucket(stack, "CarelessBucket")

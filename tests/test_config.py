@@ -25,7 +25,7 @@ def test_defaults_are_valid_and_frozen() -> None:
 
 def test_cdk_json_defaults_equal_model_defaults() -> None:
     """cdk.json spells out the defaults for users to edit; they must not drift from the model."""
-    from app import cdk_json_context
+    from gennstack_infra.app import cdk_json_context
 
     assert load_config(cdk_json_context()["gennstack"]) == GenNStackConfig()
 
@@ -264,7 +264,7 @@ def test_bad_value_in_config_file_names_the_key(tmp_path) -> None:
 
 def test_build_app_fails_before_any_construct(monkeypatch) -> None:
     """A bad config stops the app before a stack exists (no half-built app, no synth)."""
-    import app as app_module
+    import gennstack_infra.app as app_module
 
     created = []
     monkeypatch.setattr(app_module, "GenNStack", lambda *a, **k: created.append(1))

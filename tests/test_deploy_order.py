@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from constructs.ordering import HELM_CHART_TYPE, KUBERNETES_RESOURCE_TYPES
+from gennstack_infra.components.ordering import HELM_CHART_TYPE, KUBERNETES_RESOURCE_TYPES
 from tests.support import Synth, depends_on
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from constructs.interruption_handler import DRAIN_GROUP, drain_on, drain_rbac_manifests
+from gennstack_infra.components.interruption_handler import DRAIN_GROUP, drain_on, drain_rbac_manifests
 from gennstack.config import load_config
 from tests import helm
 from tests.k8s_schema import validate
@@ -158,7 +158,7 @@ def test_services_select_only_routable_pods_and_deployments_do_not(rendered: dic
     drained = {**pod_labels, ROUTABLE: "false"}
     assert drained.items() >= deployment["selector"]["matchLabels"].items()
     assert not drained.items() >= service["selector"].items()
-    # the handler's selector (constructs/interruption_handler.py) finds exactly these pods
+    # the handler's selector (gennstack_infra/components/interruption_handler.py) finds exactly these pods
     handler_selector = dict(term.split("=") for term in drain_on(load_config({}))[name]["pods"].split(","))
     assert pod_labels.items() >= handler_selector.items()
     # and nothing else in the chart: no other pod template carries all of it

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from constructs.interruption_handler import HANDLER_PATTERNS, KUBERNETES_GROUP, rbac_manifests, warm_spares
+from gennstack_infra.components.interruption_handler import HANDLER_PATTERNS, KUBERNETES_GROUP, rbac_manifests, warm_spares
 from gennstack.config import load_config
 from tests.eventbridge import delivered, sample
 from tests.k8s_schema import validate

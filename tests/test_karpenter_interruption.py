@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from constructs.karpenter_interruption import INTERRUPTION_PATTERNS
+from gennstack_infra.components.karpenter_interruption import INTERRUPTION_PATTERNS
 from tests.eventbridge import delivered, sample
 SAMPLES = {
     "SpotInterruptionRule": "ec2-spot-instance-interruption-warning.json",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from constructs.node_pools import GENERAL_POOL, POOL_NAMES, node_classes, node_pools
+from gennstack_infra.components.node_pools import GENERAL_POOL, POOL_NAMES, node_classes, node_pools
 from gennstack import versions
 from gennstack.config import load_config
 from tests.k8s_schema import validate

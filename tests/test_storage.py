@@ -109,9 +109,9 @@ def grants() -> tuple[set[str], set[str]]:
     """The IAM actions that grant_serving_read and grant_staging_write give, on a fresh stack."""
     from aws_cdk import App
 
-    from app import cdk_json_context
-    from constructs.access_logs import AccessLogBucket
-    from constructs.model_storage import ModelStorage
+    from gennstack_infra.app import cdk_json_context
+    from gennstack_infra.components.access_logs import AccessLogBucket
+    from gennstack_infra.components.model_storage import ModelStorage
     from gennstack.config import StorageConfig
 
     app = App(context=cdk_json_context())  # the feature flags GenNStack runs with

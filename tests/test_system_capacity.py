@@ -129,7 +129,7 @@ def test_summary_line():
 
 def test_build_app_rejects_a_system_group_too_small_before_any_construct(monkeypatch):
     """app.build_app runs the check after reading the config and before the stack exists."""
-    import app as app_module
+    import gennstack_infra.app as app_module
 
     created = []
     monkeypatch.setattr(app_module, "GenNStack", lambda *a, **k: created.append(1))

@@ -165,7 +165,7 @@ def platform_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]
 
 
 def monitoring_volumes_item(config: GenNStackConfig, table: PriceTable) -> LineItem:
-    """The monitoring stack's three gp3 volumes (constructs/monitoring.py; baseline IOPS and
+    """The monitoring stack's three gp3 volumes (gennstack_infra/components/monitoring.py; baseline IOPS and
     throughput). Its pods run on nodes priced elsewhere: the system nodes or an on-demand
     general-pool node Karpenter sizes to their requests (a note, not a line: its type is Karpenter's choice)."""
     monitoring = config.monitoring

@@ -1,6 +1,6 @@
 """What the stack's AWS FIS spot-interruption experiment templates hold, as plain data.
 
-``constructs/drills.py`` turns these into ``AWS::FIS::ExperimentTemplate`` resources and IAM roles;
+``gennstack_infra/components/drills.py`` turns these into ``AWS::FIS::ExperimentTemplate`` resources and IAM roles;
 ``gennstack drill`` finds a template again by :func:`template_tags`. Nothing here calls AWS.
 
 Relies on (AWS FIS user guide, actions reference, ``aws:ec2:send-spot-instance-interruptions``): the

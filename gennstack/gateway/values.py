@@ -1,6 +1,6 @@
 """Helm values of the gateway's charts, built from the typed config in one place.
 
-The construct (``constructs/gateway.py``) installs the charts with these values; tests call the
+The construct (``gennstack_infra/components/gateway.py``) installs the charts with these values; tests call the
 same functions and render the project chart with them, so what is tested is what is deployed.
 """
 

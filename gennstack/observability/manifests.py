@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gennstack.controller_values import KARPENTER_NAMESPACE
 from gennstack.observability import names
 from gennstack.observability.dashboards import DASHBOARD_DIR
 from gennstack.observability.rules import POOLS
 from gennstack.observability.values import DASHBOARD_FOLDER_ANNOTATION, DASHBOARD_LABEL
 
 GATEWAY_PROXY_NAMESPACE = "envoy-gateway-system"  # gennstack.gateway.values.ENVOY_GATEWAY_NAMESPACE
-KARPENTER_NAMESPACE = "kube-system"  # constructs/karpenter.py NAMESPACE
+
 NEURON_MONITOR_IMAGE = "public.ecr.aws/neuron/neuron-monitor:1.3.0"
 NEURON_MONITOR_NAME = "neuron-monitor"
 NEURON_TAINT = "aws.amazon.com/neuron"

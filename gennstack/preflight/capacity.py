@@ -10,7 +10,7 @@ same name. tests/test_preflight.py pins the table.
 The worst case a config allows, per quota:
 
 - each enabled generation's spot NodePool: ``max_nodes`` x the vCPUs of its largest configured
-  type (the NodePool's ``cpu`` limit, ``constructs/node_pools.py``), on the family's spot quota;
+  type (the NodePool's ``cpu`` limit, ``gennstack_infra/components/node_pools.py``), on the family's spot quota;
   the on-demand fallback pool the same on the on-demand quota;
 - the system node group (on-demand): ``system_nodes_max`` x the largest system type;
 - Karpenter's general pool (c, m, r; spot or on-demand): ``general_pool_max_vcpu``, counted on

@@ -18,7 +18,7 @@ from gennstack.serving.config import ServingConfig
 from gennstack.serving.scaling import check_nodes_admit
 
 if TYPE_CHECKING:
-    from gennstack.config import GenerationsConfig
+    from gennstack.generations import GenerationsConfig
 
 __all__ = ["check_fits", "layout", "plans"]
 

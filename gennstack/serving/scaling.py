@@ -17,7 +17,7 @@ from gennstack.config_base import ConfigError
 from gennstack.instances import INSTANCE_TYPES, pool_limits
 
 if TYPE_CHECKING:
-    from gennstack.config import GenerationsConfig
+    from gennstack.generations import GenerationsConfig
     from gennstack.serving.config import ServingConfig
 
 __all__ = ["LOAD_GAUGES", "SCALERS", "check_nodes_admit", "replica_accelerators", "scaling_line", "worst_case_usage"]

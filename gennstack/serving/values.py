@@ -99,7 +99,7 @@ def serving_values(
         },
         "neuron": {"sdkVersion": NEURON_SDK_VERSION},
         "staging": {"enabled": serving.staging, "hfTokenSecret": hf_token_secret},
-        # KEDA (constructs/operators.py) scales gen2/gen3 on what GenNStack's Prometheus scrapes.
+        # KEDA (gennstack/controller_values.py keda_values) scales gen2/gen3 on what GenNStack's Prometheus scrapes.
         "autoscaling": {"enabled": True, "prometheusUrl": PROMETHEUS_URL},
         "inf2": {**_model(gens.inf2, serving.inf2), **_inf2(serving.inf2, gens.inf2)},
         "trn2": {**_model(gens.trn2, serving.trn2), **_trn2(serving.trn2, gens.trn2)},

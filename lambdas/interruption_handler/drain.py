@@ -13,7 +13,7 @@ gives every node it launches ``spec.providerID = aws:///<zone>/<instance-id>`` a
 ``karpenter.sh/nodepool``; the handler lists that NodePool's nodes and matches the instance id.
 
 Identity: the handler's access entry maps to a group that may list nodes (read-only), list pods and
-patch pods in the serving namespace; a ValidatingAdmissionPolicy (``constructs/interruption_handler.py``)
+patch pods in the serving namespace; a ValidatingAdmissionPolicy (``gennstack_infra/components/interruption_handler.py``)
 limits its pod patches to this one label, ``"true"`` or ``"false"``.
 
 Converging: the reconciler drains every node of an active record whose signals drain its NodePool

@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from constructs.operators import chart_values, keda_values
+from gennstack.controller_values import keda_values
+from gennstack.controller_values import operator_values
 from gennstack import versions
 from gennstack.config import ConfigError, load_config
 from gennstack.observability.names import PROMETHEUS_URL
@@ -54,7 +55,7 @@ def test_keda_chart_is_pinned_to_the_crds_the_tests_use() -> None:
 def test_keda_values_use_only_chart_keys_and_run_on_system_nodes() -> None:
     values = keda_values()
     assert _shape(values, KEDA_2_20_2_VALUES), values
-    assert chart_values()["keda"] == values
+    assert operator_values()["keda"] == values
     assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
     assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
     assert values["crds"] == {"install": True}

@@ -123,8 +123,9 @@ def test_seed_baseline_from_its_own_figures() -> None:
 
 def test_root_volumes_are_the_node_classes() -> None:
     """The volumes the cost model prices are the ones the node classes and the system launch template
-    get: both read gennstack/instances.py (constructs/node_pools.py node_class, constructs/cluster.py)."""
-    from constructs import node_pools
+    get: both read gennstack/instances.py (gennstack_infra/components/node_pools.py node_class and
+    gennstack_infra/components/cluster.py)."""
+    from gennstack_infra.components import node_pools
 
     for generation, (gib, iops, mbps) in ROOT_VOLUMES.items():
         spec = node_pools.node_class(name="x", generation=None if generation == "general" else generation,

@@ -68,7 +68,7 @@ class Stubs:
 
 
 def args(tmp_path: Path, config: dict, **extra: Any) -> argparse.Namespace:
-    from app import cdk_json_context
+    from gennstack_infra.app import cdk_json_context
 
     context = cdk_json_context()
     context["gennstack"] = {**context["gennstack"], **config}

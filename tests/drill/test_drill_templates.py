@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gennstack.config import ConfigError, load_config
-from app import STACK_NAME
+from gennstack_infra.app import STACK_NAME
 from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, MAX_TAG_VALUE, experiment_template, template_tags
 from tests.support import Synth
 

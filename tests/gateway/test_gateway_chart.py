@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from gennstack.gateway.config import GatewayConfig, routing_table
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack.observability.names import CLIENT_LABEL
 from gennstack.gateway.values import (CLIENT_HEADER, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS,
                                       REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,

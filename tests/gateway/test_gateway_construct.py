@@ -27,11 +27,11 @@ def synth(outdir: Path, gateway_data: dict, generations: dict | None = None) -> 
     from aws_cdk import App, Stack, Validations
     from cdk_nag import AwsSolutionsChecks
 
-    from app import cdk_json_context
-    from constructs.access_logs import AccessLogBucket
-    from constructs.cluster import Cluster
-    from constructs.gateway import Gateway
-    from constructs.network import Network
+    from gennstack_infra.app import cdk_json_context
+    from gennstack_infra.components.access_logs import AccessLogBucket
+    from gennstack_infra.components.cluster import Cluster
+    from gennstack_infra.components.gateway import Gateway
+    from gennstack_infra.components.network import Network
     from gennstack.config import load_config
     from gennstack.gateway.config import GatewayConfig
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from constructs.interruption_handler import drain_on, warm_spares
+from gennstack_infra.components.interruption_handler import drain_on, warm_spares
 from gennstack.config import load_config
 from gennstack.drill.local import ROUTABLE_LABEL, replica_pods, service_for, start_replicas
 from gennstack.drill.service_dns import ServiceDNS
@@ -48,7 +48,7 @@ def test_a_spot_warning_through_the_handler_drains_the_replica_in_the_real_gatew
     spares = warm_spares(config, namespace=NAMESPACE, baselines={"g6e": 1})
     monkeypatch.setenv("DRAIN_ON", json.dumps(drains, sort_keys=True))
     monkeypatch.setenv("WARM_SPARES", json.dumps(spares, sort_keys=True))
-    pool = "gen3-g6e"  # the g6e spot NodePool (constructs/node_pools.py POOL_NAMES)
+    pool = "gen3-g6e"  # the g6e spot NodePool (gennstack_infra/components/node_pools.py POOL_NAMES)
     assert "spot_interruption_warning" in drains[pool]["signals"]
     kubernetes.deployments[(NAMESPACE, spares[pool]["deployment"])] = Deployment(replicas=1)
     instance_id = launch(pool, instance_type="g6e.xlarge")

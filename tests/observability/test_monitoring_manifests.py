@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from constructs.karpenter import NAMESPACE as KARPENTER_NAMESPACE
+from gennstack.controller_values import KARPENTER_NAMESPACE
 from gennstack import versions
 from gennstack.gateway.values import ENVOY_GATEWAY_NAMESPACE
 from gennstack.observability import manifests, names

@@ -21,7 +21,7 @@ from aws_cdk import aws_fis as fis
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 from gennstack.config import GenNStackConfig
 from gennstack.drill.templates import experiment_template, role_statements
 
@@ -41,7 +41,7 @@ class SpotDrills(Construct):
         handler_log_group: logs.ILogGroup,
     ) -> None:
         super().__init__(scope, construct_id)
-        from constructs.node_pools import POOL_NAMES
+        from gennstack_infra.components.node_pools import POOL_NAMES
 
         drills = config.drills
         self.roles: dict[str, iam.Role] = {}

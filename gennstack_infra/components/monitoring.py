@@ -8,8 +8,9 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, pinned_chart
+from constructs import Construct
+from gennstack_infra.components.cluster import pinned_chart
+from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack import versions
 from gennstack.config import GenNStackConfig
 from gennstack.observability import manifests, names, rules

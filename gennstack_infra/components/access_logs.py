@@ -5,7 +5,7 @@ from __future__ import annotations
 from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_s3 as s3
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 
 
 class AccessLogBucket(Construct):

@@ -10,19 +10,18 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 from gennstack import versions
 from gennstack.instances import SYSTEM_ROOT_VOLUME_GIB
 from gennstack.config import ClusterConfig
 from gennstack.deploy_warnings import NO_ADMIN
+from gennstack.system_nodes import SYSTEM_LABEL, SYSTEM_TAINT_KEY
 
-# Labels and taint of the system node group. Every system workload tolerates the taint; model
-# pods never do, so they can only land on Karpenter's accelerator nodes.
-SYSTEM_LABEL = {"gennstack.io/pool": "system"}
-SYSTEM_TAINT_KEY = "CriticalAddonsOnly"
-SYSTEM_TOLERATIONS = [{"key": SYSTEM_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]
-SYSTEM_NODE_SELECTOR = dict(SYSTEM_LABEL)
+
+# The kubectl/helm Lambda layer of each Kubernetes minor, by the PyPI package versions.KUBERNETES names.
+KUBECTL_LAYERS = {"aws-cdk.lambda-layer-kubectl-v36": KubectlV36Layer}
 
 # The CloudWatch Logs retention periods config may name, by days.
 _RETENTION = {
@@ -128,7 +127,8 @@ class Cluster(Construct):
             cluster_logging=_LOG_TYPES,
             secrets_encryption_key=self.secrets_key,
             bootstrap_cluster_creator_admin_permissions=False,
-            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=version.kubectl_layer(self, "KubectlLayer")),
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=KUBECTL_LAYERS[version.kubectl_layer](self, "KubectlLayer")),
             output_config_command=False,
         )
         self.cluster.node.add_dependency(self.log_group)
@@ -189,7 +189,7 @@ class Cluster(Construct):
         stay Pending and the add-on never becomes ACTIVE, so it waits for the node group.
         aws-cdk-lib 2.275's kubectl barrier waits only for the cluster and its admin access entry
         (``aws-eks-v2/lib/cluster.js``, ``_kubectlReadyBarrier``), so the stack makes every
-        Kubernetes object wait for what this returns (``constructs/ordering.py``).
+        Kubernetes object wait for what this returns (``gennstack_infra/components/ordering.py``).
         """
         node_level = [self.addons[name] for name in ("vpc-cni", "kube-proxy")]
         self.system_nodes.node.add_dependency(*node_level, self.cluster.eks_pod_identity_agent)

@@ -6,7 +6,7 @@ from aws_cdk import Acknowledgment, Tags, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 from gennstack.config import INTERFACE_ENDPOINTS, NetworkConfig
 
 # Subnet group names; the summary and later constructs select subnets by them.

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import jsii
 from aws_cdk import CfnResource, IAspect
 
-from constructs import Construct, IConstruct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct, IConstruct
 
 KUBERNETES_RESOURCE_TYPES = frozenset({
     "Custom::AWSCDK-EKS-KubernetesResource",

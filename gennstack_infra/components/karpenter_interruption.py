@@ -10,7 +10,7 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sqs as sqs
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 
 # The EventBridge patterns Karpenter's own getting-started CloudFormation (v1.14) feeds its
 # interruption queue, keyed by the same rule IDs. Detail-types are spelled exactly as AWS emits them: a misspelt one matches

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from aws_cdk import Acknowledgment, Aws, Duration, Validations
 from aws_cdk import aws_eks_v2 as eks
@@ -10,14 +9,16 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, acknowledge_chart_asset_read, pinned_chart
+from constructs import Construct
+from gennstack_infra.components.cluster import acknowledge_chart_asset_read, pinned_chart
+from gennstack_infra.paths import ASSETS
+from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack import versions
 from gennstack.config import GenNStackConfig
 from gennstack.gateway import values as gateway_values
 from gennstack.gateway.config import GatewayConfig, RoutingTable, routing_table
 
-CHART_DIR = Path(__file__).resolve().parent.parent / "assets" / "charts" / "gennstack-gateway"
+CHART_DIR = ASSETS / "charts" / "gennstack-gateway"
 
 
 class Gateway(Construct):

@@ -7,7 +7,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 from gennstack.config import StorageConfig
 
 _REMOVAL = {"retain": RemovalPolicy.RETAIN, "destroy": RemovalPolicy.DESTROY}

@@ -6,21 +6,21 @@ from typing import Any
 
 from aws_cdk import Aspects, CfnOutput, Fn, Stack, Tags
 
-from constructs import Construct  # the library; the repo's constructs/ folder merges into it
-from constructs.access_logs import AccessLogBucket
-from constructs.cluster import Cluster
-from constructs.drills import SpotDrills
-from constructs.gateway import Gateway
-from constructs.interruption_handler import InterruptionHandler
-from constructs.karpenter import Karpenter
-from constructs.load_balancer_controller import LoadBalancerController
-from constructs.model_storage import ModelStorage
-from constructs.monitoring import Monitoring
-from constructs.network import Network
-from constructs.node_pools import NodePools
-from constructs.operators import Operators
-from constructs.ordering import KubernetesDeployOrder
-from constructs.serving import Serving
+from constructs import Construct
+from gennstack_infra.components.access_logs import AccessLogBucket
+from gennstack_infra.components.cluster import Cluster
+from gennstack_infra.components.drills import SpotDrills
+from gennstack_infra.components.gateway import Gateway
+from gennstack_infra.components.interruption_handler import InterruptionHandler
+from gennstack_infra.components.karpenter import Karpenter
+from gennstack_infra.components.load_balancer_controller import LoadBalancerController
+from gennstack_infra.components.model_storage import ModelStorage
+from gennstack_infra.components.monitoring import Monitoring
+from gennstack_infra.components.network import Network
+from gennstack_infra.components.node_pools import NodePools
+from gennstack_infra.components.operators import Operators
+from gennstack_infra.components.ordering import KubernetesDeployOrder
+from gennstack_infra.components.serving import Serving
 from gennstack.config import GenNStackConfig
 from gennstack.observability.names import INTERRUPTION_METRICS_NAMESPACE
 from gennstack.summary import CONFIG_METADATA_KEY
@@ -115,7 +115,7 @@ class GenNStack(Stack):
         self.node_pools.node.add_dependency(self.monitoring.charts["ebs-csi"])
 
         # Every Kubernetes object waits for the system nodes and the add-ons; every chart for
-        # the Load Balancer Controller (see constructs/ordering.py).
+        # the Load Balancer Controller (see gennstack_infra/components/ordering.py).
         Aspects.of(self).add(
             KubernetesDeployOrder(ready=self.cluster.ready, first_chart=self.load_balancer_controller.chart)
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from aws_cdk import Acknowledgment, Aws, RemovalPolicy, Validations
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -11,14 +10,15 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import acknowledge_chart_asset_read
-from constructs.model_storage import ModelStorage
+from constructs import Construct
+from gennstack_infra.components.cluster import acknowledge_chart_asset_read
+from gennstack_infra.paths import ASSETS
+from gennstack_infra.components.model_storage import ModelStorage
 from gennstack.config import GenNStackConfig
 from gennstack.serving.values import serving_values
 
-CHART_DIR = Path(__file__).resolve().parent.parent / "assets" / "charts" / "gennstack-serving"
-INF2_IMAGE_DIR = Path(__file__).resolve().parent.parent / "assets" / "images" / "inf2-ray-serve"
+CHART_DIR = ASSETS / "charts" / "gennstack-serving"
+INF2_IMAGE_DIR = ASSETS / "images" / "inf2-ray-serve"
 SERVING_SERVICE_ACCOUNT = "gennstack-serving"
 STAGING_SERVICE_ACCOUNT = "gennstack-staging"
 

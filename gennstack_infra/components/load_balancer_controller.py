@@ -6,12 +6,13 @@ from aws_cdk import Acknowledgment, Aws, Duration, Validations
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, pinned_chart
+from constructs import Construct
+from gennstack_infra.components.cluster import pinned_chart
 from gennstack import versions
+from gennstack.controller_values import LBC_NAMESPACE as NAMESPACE
+from gennstack.controller_values import LBC_SERVICE_ACCOUNT as SERVICE_ACCOUNT
+from gennstack.controller_values import load_balancer_controller_values
 
-NAMESPACE = "kube-system"
-SERVICE_ACCOUNT = "aws-load-balancer-controller"
 _CLUSTER_TAG = "elbv2.k8s.aws/cluster"
 
 
@@ -135,29 +136,6 @@ def controller_policy_statements() -> list[iam.PolicyStatement]:
     ]
 
 
-def chart_values(*, cluster_name: str, region: str, vpc_id: str) -> dict:
-    """Helm values for the v3.5.0 chart (kubernetes-sigs/aws-load-balancer-controller ``helm/.../values.yaml``).
-
-    ``enableServiceMutatorWebhook`` defaults to true there, with ``failurePolicy: Fail`` on every
-    Service CREATE (``templates/webhook.yaml``, ``mservice.elbv2.k8s.aws``): while the controller's
-    pods are not serving, every chart that creates a Service fails. It only makes the controller
-    the default for Services of type LoadBalancer; the gateway's Service names
-    ``loadBalancerClass: service.k8s.aws/nlb`` itself, so the webhook is off. The other webhooks
-    act only on objects or namespaces that opt in by label (none here) or on the controller's
-    own kinds (TargetGroupBinding, IngressClassParams, Ingress), which GenNStack does not create.
-    """
-    return {
-        "clusterName": cluster_name,
-        "region": region,
-        "vpcId": vpc_id,
-        "serviceAccount": {"create": False, "name": SERVICE_ACCOUNT},
-        "replicaCount": 2,
-        "nodeSelector": SYSTEM_NODE_SELECTOR,
-        "tolerations": SYSTEM_TOLERATIONS,
-        "enableServiceMutatorWebhook": False,
-    }
-
-
 class LoadBalancerController(Construct):
     """AWS Load Balancer Controller, two replicas on the system nodes, role through Pod Identity."""
 
@@ -175,7 +153,7 @@ class LoadBalancerController(Construct):
             cluster=cluster,
             chart=versions.AWS_LOAD_BALANCER_CONTROLLER,
             namespace=NAMESPACE,
-            values=chart_values(cluster_name=cluster_name, region=Aws.REGION, vpc_id=vpc_id),
+            values=load_balancer_controller_values(cluster_name=cluster_name, region=Aws.REGION, vpc_id=vpc_id),
             # Every other chart installs after this one: wait until its pods serve (two replicas on
             # the system nodes: an image pull and a leader election, about a minute).
             wait=True,

@@ -8,7 +8,6 @@ narrow access to the cluster.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
@@ -23,12 +22,12 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
+from gennstack_infra.paths import BUILD, LAMBDAS
 from gennstack.config import GenNStackConfig
 
-ROOT = Path(__file__).resolve().parent.parent
-FUNCTION_SOURCE = ROOT / "lambdas"
-LAYER_DIR = ROOT / "build" / "lambda-layer"
+FUNCTION_SOURCE = LAMBDAS
+LAYER_DIR = BUILD / "lambda-layer"
 KUBERNETES_GROUP = "gennstack:warm-spare-scalers"
 # A second group for drain routing: list nodes, list and label serving pods (see lambdas/.../drain.py).
 DRAIN_GROUP = "gennstack:serving-drainers"
@@ -57,7 +56,7 @@ HANDLER_PATTERNS: dict[str, dict[str, Any]] = {
 
 def warm_spares(config: GenNStackConfig, *, namespace: str, baselines: dict[str, int]) -> dict[str, dict[str, Any]]:
     """``WARM_SPARES``: each enabled generation's spot NodePool -> its warm-spare Deployment and bounds."""
-    from constructs.node_pools import POOL_NAMES
+    from gennstack_infra.components.node_pools import POOL_NAMES
 
     cap = config.interruptions.warm_spare_cap
     return {
@@ -74,7 +73,7 @@ def warm_spares(config: GenNStackConfig, *, namespace: str, baselines: dict[str,
 
 def drain_on(config: GenNStackConfig) -> dict[str, dict[str, Any]]:
     """``DRAIN_ON``: each enabled generation's spot NodePool -> the signals that drain it and its serving pods' selector."""
-    from constructs.node_pools import POOL_NAMES
+    from gennstack_infra.components.node_pools import POOL_NAMES
 
     configured = config.interruptions.drain_on
     return {

@@ -10,7 +10,7 @@ from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
+from constructs import Construct
 from gennstack import versions
 from gennstack.config import GenerationConfig, GenNStackConfig
 from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, ROOT_VOLUMES, pool_limits

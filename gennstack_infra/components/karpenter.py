@@ -6,13 +6,14 @@ from aws_cdk import Acknowledgment, Aws, Duration, Validations
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
-from constructs import Construct  # the library; this folder merges into it (see README.md here)
-from constructs.cluster import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS, pinned_chart
-from constructs.karpenter_interruption import KarpenterInterruptionQueue
+from constructs import Construct
+from gennstack_infra.components.cluster import pinned_chart
+from gennstack_infra.components.karpenter_interruption import KarpenterInterruptionQueue
 from gennstack import versions
+from gennstack.controller_values import KARPENTER_NAMESPACE as NAMESPACE
+from gennstack.controller_values import KARPENTER_SERVICE_ACCOUNT as SERVICE_ACCOUNT
+from gennstack.controller_values import karpenter_values
 
-NAMESPACE = "kube-system"
-SERVICE_ACCOUNT = "karpenter"
 
 NODE_ROLE_MANAGED_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
@@ -272,7 +273,7 @@ class Karpenter(Construct):
             cluster=cluster,
             chart=versions.KARPENTER,
             namespace=NAMESPACE,
-            values=chart_values(
+            values=karpenter_values(
                 cluster_name=cluster_name, queue_name=self.interruption.queue.queue_name, region=Aws.REGION
             ),
             # NodePools install after the controller serves (two replicas on the system nodes).
@@ -329,24 +330,3 @@ class Karpenter(Construct):
                 acknowledgments.append(unscoped)
             if acknowledgments:
                 Validations.of(policy).acknowledge(*acknowledgments)
-
-
-def chart_values(*, cluster_name: str, queue_name: str, region: str) -> dict:
-    """Helm values for the Karpenter chart: two replicas with a PDB, on the system nodes only.
-
-    ``AWS_REGION`` is set: without it Karpenter v1.14.1 asks IMDS for the region
-    (``pkg/operator/operator.go``: ``imds.NewFromConfig(cfg).GetRegion`` when ``cfg.Region`` is
-    empty, and exits if that fails), and IMDS is out of a pod's reach on nodes with hop limit 1.
-    """
-    return {
-        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
-        "serviceAccount": {"create": False, "name": SERVICE_ACCOUNT},
-        "replicas": 2,
-        "podDisruptionBudget": {"name": "karpenter", "maxUnavailable": 1},
-        "nodeSelector": SYSTEM_NODE_SELECTOR,
-        "tolerations": SYSTEM_TOLERATIONS,
-        "controller": {
-            "env": [{"name": "AWS_REGION", "value": region}],
-            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
-        },
-    }

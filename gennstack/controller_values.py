@@ -1,0 +1,123 @@
+"""Helm values of the upstream controller charts GenNStack installs: Karpenter, the AWS Load Balancer
+Controller, and the operators (Neuron and NVIDIA device plugins, KubeRay, metrics-server, KEDA).
+
+Plain functions: the constructs in ``gennstack_infra.components`` install the charts with them, and
+the system-capacity check (``gennstack/system_capacity.py``, run by ``gennstack summary``) reads the
+replicas and requests from the same values, without loading CDK. Each value's upstream reason is
+beside it; ``tests/test_cluster.py`` and ``tests/autoscaling`` check them against the charts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gennstack import versions
+from gennstack.instances import NEURON, NVIDIA_GPU
+from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
+
+KARPENTER_NAMESPACE = "kube-system"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
+LBC_NAMESPACE = "kube-system"
+LBC_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+
+
+def karpenter_values(*, cluster_name: str, queue_name: str, region: str) -> dict:
+    """Helm values for the Karpenter chart: two replicas with a PDB, on the system nodes only.
+
+    ``AWS_REGION`` is set: without it Karpenter v1.14.1 asks IMDS for the region
+    (``pkg/operator/operator.go``: ``imds.NewFromConfig(cfg).GetRegion`` when ``cfg.Region`` is
+    empty, and exits if that fails), and IMDS is out of a pod's reach on nodes with hop limit 1.
+    """
+    return {
+        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "serviceAccount": {"create": False, "name": KARPENTER_SERVICE_ACCOUNT},
+        "replicas": 2,
+        "podDisruptionBudget": {"name": "karpenter", "maxUnavailable": 1},
+        "nodeSelector": SYSTEM_NODE_SELECTOR,
+        "tolerations": SYSTEM_TOLERATIONS,
+        "controller": {
+            "env": [{"name": "AWS_REGION", "value": region}],
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
+        },
+    }
+
+
+def load_balancer_controller_values(*, cluster_name: str, region: str, vpc_id: str) -> dict:
+    """Helm values for the v3.5.0 chart (kubernetes-sigs/aws-load-balancer-controller ``helm/.../values.yaml``).
+
+    ``enableServiceMutatorWebhook`` defaults to true there, with ``failurePolicy: Fail`` on every
+    Service CREATE (``templates/webhook.yaml``, ``mservice.elbv2.k8s.aws``): while the controller's
+    pods are not serving, every chart that creates a Service fails. It only makes the controller
+    the default for Services of type LoadBalancer; the gateway's Service names
+    ``loadBalancerClass: service.k8s.aws/nlb`` itself, so the webhook is off. The other webhooks
+    act only on objects or namespaces that opt in by label (none here) or on the controller's
+    own kinds (TargetGroupBinding, IngressClassParams, Ingress), which GenNStack does not create.
+    """
+    return {
+        "clusterName": cluster_name,
+        "region": region,
+        "vpcId": vpc_id,
+        "serviceAccount": {"create": False, "name": LBC_SERVICE_ACCOUNT},
+        "replicaCount": 2,
+        "nodeSelector": SYSTEM_NODE_SELECTOR,
+        "tolerations": SYSTEM_TOLERATIONS,
+        "enableServiceMutatorWebhook": False,
+    }
+
+# Karpenter labels every node with the GPU maker of its instance type; the NVIDIA device plugin
+# runs only there (its chart's default affinity wants Node Feature Discovery labels GenNStack does
+# not install).
+_NVIDIA_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchExpressions": [
+                    {"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]}
+                ]}
+            ]
+        }
+    }
+}
+
+
+def operator_values() -> dict[str, dict[str, Any]]:
+    """Helm values of each operator chart, by chart name. Tests check them; the construct applies them."""
+    system = {"nodeSelector": SYSTEM_NODE_SELECTOR, "tolerations": SYSTEM_TOLERATIONS}
+    return {
+        # Device plugin (DaemonSet on Neuron instance types, tolerating the Neuron taint by
+        # default). The Neuron scheduler extension stays off (the chart's default): it exists to
+        # hand out contiguous devices when several pods share a node, and a GenNStack Neuron pod
+        # asks for every device of its node (gennstack/serving/values.py ``_chips``), so any
+        # allocation is contiguous. Its kube-scheduler image (v1.28 in the chart) is far outside
+        # the skew kube-scheduler supports against a 1.36 control plane, and no pod names it.
+        versions.NEURON.name: {
+            "devicePlugin": {"enabled": True, "tolerations": [{"key": NEURON, "operator": "Exists", "effect": "NoSchedule"}]},
+            "scheduler": {"enabled": False},
+        },
+        versions.NVIDIA_DEVICE_PLUGIN.name: {
+            "affinity": _NVIDIA_AFFINITY,
+            "tolerations": [{"key": NVIDIA_GPU, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        versions.KUBERAY_OPERATOR.name: {**system, "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}}},
+        versions.METRICS_SERVER.name: {
+            **system,
+            "replicas": 2,
+            "podDisruptionBudget": {"enabled": True, "maxUnavailable": 1},
+        },
+        versions.KEDA.name: keda_values(),
+    }
+
+
+def keda_values() -> dict[str, Any]:
+    """KEDA's chart values (kedacore/charts keda/values.yaml at v2.20.2): all three of its Deployments
+    (operator, metrics API server, admission webhooks) on the system nodes, via the chart's top-level
+    ``nodeSelector``/``tolerations``, which each component's own keys default to; its CRDs from the
+    chart (``crds.install``). Two operator replicas: one leads, the other takes over if its node goes.
+    """
+    return {
+        "nodeSelector": SYSTEM_NODE_SELECTOR,
+        "tolerations": SYSTEM_TOLERATIONS,
+        "crds": {"install": True},
+        "operator": {"replicaCount": 2},
+        "podDisruptionBudget": {"operator": {"maxUnavailable": 1}},
+    }

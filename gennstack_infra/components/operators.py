@@ -1,0 +1,53 @@
+"""Device plugins and operators from their upstream Helm charts, versions pinned in gennstack.versions."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_eks_v2 as eks
+
+from constructs import Construct
+from gennstack_infra.components.cluster import pinned_chart
+from gennstack import versions
+from gennstack.controller_values import operator_values
+
+class Operators(Construct):
+    """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA.
+
+    Relies on: Karpenter does not mark an accelerator node initialized until its device plugin
+    registers ``aws.amazon.com/neuron`` or ``nvidia.com/gpu``; none of these charts calls AWS, so
+    none needs a role. KEDA's metrics API server (port 6443, an APIService for
+    ``external.metrics.k8s.io``) is reached by the control plane through the cluster security group
+    the system node group shares with it.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, construct_id)
+        values = operator_values()
+        namespaces = {
+            versions.NEURON.name: "kube-system",
+            versions.NVIDIA_DEVICE_PLUGIN.name: "kube-system",
+            versions.KUBERAY_OPERATOR.name: "kuberay-system",
+            versions.METRICS_SERVER.name: "kube-system",
+            versions.KEDA.name: "keda",
+        }
+        construct_ids = {
+            versions.NEURON.name: "Neuron",
+            versions.NVIDIA_DEVICE_PLUGIN.name: "NvidiaDevicePlugin",
+            versions.KUBERAY_OPERATOR.name: "KubeRayOperator",
+            versions.METRICS_SERVER.name: "MetricsServer",
+            versions.KEDA.name: "Keda",
+        }
+        self.charts: dict[str, eks.HelmChart] = {}
+        for chart in (versions.NEURON, versions.NVIDIA_DEVICE_PLUGIN, versions.KUBERAY_OPERATOR, versions.METRICS_SERVER,
+                      versions.KEDA):
+            self.charts[chart.name] = pinned_chart(
+                self,
+                construct_ids[chart.name],
+                cluster=cluster,
+                chart=chart,
+                namespace=namespaces[chart.name],
+                values=values[chart.name],
+                # KubeRay's operator (and KEDA, for ScaledObjects) must serve before the serving chart arrives.
+                wait=True,
+                timeout=Duration.minutes(10),
+            )
