@@ -158,7 +158,8 @@ def check_credentials(ctx: Context) -> list[Result]:
     """Whose credentials, which account and region; a config ``account`` must match."""
     if not ctx.region:
         return [Result("credentials", FAIL, "no region: none in config, --region or your AWS profile/environment",
-                       "set `region` in config, pass --region REGION, or export AWS_REGION")]
+                       # boto3 reads AWS_DEFAULT_REGION, not AWS_REGION (botocore configprovider.py)
+                       "set `region` in config, pass --region REGION, or export AWS_DEFAULT_REGION")]
     try:
         identity = ctx.client("sts").get_caller_identity()
     except NoCredentialsError:
