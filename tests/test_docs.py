@@ -25,11 +25,6 @@ def test_readme_summary_excerpt_matches_make_synth(synth: Synth) -> None:
         assert line in actual.splitlines(), f"README shows {line!r}, make synth prints:\n{actual}"
 
 
-def test_readme_test_command_is_what_ci_runs() -> None:
-    assert "make test" in README
-    assert (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1] == "make test"
-
-
 def test_every_config_key_is_documented() -> None:
     from gennstack.config import GenNStackConfig, GenerationConfig, NetworkConfig, StorageConfig
 
