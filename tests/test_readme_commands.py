@@ -142,7 +142,7 @@ EXPECTED_OUTPUT = {
     "npx cdk synth": None,  # checked on the files it writes
     ".venv/bin/gennstack preflight": "FAIL    credentials  no region",
     ".venv/bin/gennstack bench demo": "report.html",
-    ".venv/bin/gennstack drill --local": "comparison.md",
+    ".venv/bin/gennstack drill --local": "results: drill-results/",
     ".venv/bin/gennstack gateway local": '"static_resources"',
     ".venv/bin/gennstack cost": "TOTAL $",
 }
@@ -165,8 +165,10 @@ def test_offline_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         expected = next(v for k, v in EXPECTED_OUTPUT.items() if command.startswith(k))
         if expected is not None:
             assert expected in output, f"{command}: {expected!r} not in\n{output[-3000:]}"
-    if block.writes:  # the synth took the file: its region and the disabled generation
-        template = (where / "cdk.out" / "GenNStack.template.json").read_text(encoding="utf-8")
+    if block.writes:  # the synth took the file: its region, its NAT gateways, the disabled generation
         manifest = (where / "cdk.out" / "manifest.json").read_text(encoding="utf-8")
         assert "aws://unknown-account/us-east-2" in manifest
-        assert "gen2-trn2" not in template and "gen3-g6e" in template
+        summary = subprocess.run([".venv/bin/gennstack", "summary", "--cdk-out", "cdk.out"], cwd=where, env=env,
+                                 capture_output=True, text=True, timeout=300, check=True).stdout
+        assert "3 NAT gateway(s)" in summary and "NodePool gen3-g6e:" in summary, summary
+        assert "NodePool gen2-trn2" not in summary and "Generation trn2: disabled" in summary, summary
