@@ -32,9 +32,9 @@ itself takes the pod out of its Service's DNS answer instead: ``gennstack drill 
 docs/spot-drills.md). :class:`MockProcess` and :func:`start_process` run a server as a process.
 With ``--events-file``, the warning and the gone moment are appended as ``interruption_warning``
 and ``replica_gone`` lines in the format of ``gennstack drill``'s ``drill-events.jsonl`` (the gone
-line carries the server's final ``chat_requests``, ``chat_requests_after_warning`` and
-``completed_streams``).
-``/stats`` reports ``doomed`` (the schedule) and ``chat_requests_after_warning``.
+line carries the server's final ``chat_requests``, ``chat_requests_after_warning``, ``completed_streams``
+and ``streams_in_flight``: the streams it cuts, begun and not ended).
+``/stats`` reports ``doomed`` (the schedule), ``chat_requests_after_warning`` and ``streams_in_flight``.
 
 The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
 transfer encoding), so that the scheduling cost per chunk stays low and predictable.
@@ -47,7 +47,6 @@ import asyncio
 import collections
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -124,6 +123,9 @@ class MockSettings:
     doomed_gone_after_s: float = 120.0  # seconds from the warning to gone
     doomed_drain: bool = False  # /health answers 503 from the warning on
     events_file: str | None = None
+    # a non-streaming answer is sent whole when the stream's last chunk would be (ttft + (C-1) x itl), as
+    # vLLM sends nothing before a non-streaming answer is done; False: at once
+    paced_non_streaming: bool = False
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -142,14 +144,20 @@ class MockStats:
     max_lateness_s: float = 0.0
     total_lateness_s: float = 0.0
     chat_requests_after_warning: int = 0
+    streams_in_flight: int = 0  # streamed responses begun (headers written) and not ended
+    completed_answers: int = 0  # non-streaming answers sent whole
+    abandoned_answers: int = 0  # paced non-streaming answers whose client went away before they were done
     doomed: dict | None = None
 
     def to_dict(self) -> dict:
         return {
             "chat_requests": self.chat_requests,
             "chat_requests_after_warning": self.chat_requests_after_warning,
+            "streams_in_flight": self.streams_in_flight,
             "doomed": self.doomed,
             "completed_streams": self.completed_streams,
+            "completed_answers": self.completed_answers,
+            "abandoned_answers": self.abandoned_answers,
             "chunks_sent": self.chunks_sent,
             "tokens_sent": self.tokens_sent,
             "faults": dict(self.faults),
@@ -174,6 +182,7 @@ class MockServer:
         self._server: asyncio.base_events.Server | None = None
         self._tasks: set[asyncio.Task] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self._streaming: set[asyncio.StreamWriter] = set()  # connections with a streamed response begun, not ended
         self._warned = False
         self._doom_task: asyncio.Task | None = None
         self.gone = asyncio.Event()
@@ -208,7 +217,7 @@ class MockServer:
         # its last counts go with the event: nobody can ask /stats once it is gone
         self._event("replica_gone", chat_requests=self.stats.chat_requests,
                     chat_requests_after_warning=self.stats.chat_requests_after_warning,
-                    completed_streams=self.stats.completed_streams)
+                    completed_streams=self.stats.completed_streams, streams_in_flight=self.stats.streams_in_flight)
         self._go()
 
     def _event(self, event: str, **fields) -> None:
@@ -258,6 +267,7 @@ class MockServer:
         finally:
             self._tasks.discard(task)
             self._writers.discard(writer)
+            self._streamed(writer, False)
             if not writer.transport.is_closing():
                 writer.close()
 
@@ -309,6 +319,15 @@ class MockServer:
         await writer.drain()
         return keep_alive
 
+    def _streamed(self, writer: asyncio.StreamWriter, begun: bool) -> None:
+        """Keep ``streams_in_flight``: a streamed response begins with its headers and ends with its
+        last byte or its connection."""
+        if begun:
+            self._streaming.add(writer)
+        else:
+            self._streaming.discard(writer)
+        self.stats.streams_in_flight = len(self._streaming)
+
     @staticmethod
     def _write_json(writer: asyncio.StreamWriter, status: int, obj: dict, keep_alive: bool) -> None:
         body = json.dumps(obj).encode()
@@ -353,6 +372,18 @@ class MockServer:
             }, separators=(",", ":")).encode())
 
         if not request.get("stream"):
+            if s.paced_non_streaming:
+                # wait as long as the stream would take, watching the connection: a client that goes away
+                # (a gateway's timeout) ends the request, as vLLM aborts a request whose client disconnected
+                delay = t_recv + s.ttft_s + (chunks - 1) * s.itl_s - time.monotonic()
+                if delay > 0:
+                    try:
+                        await asyncio.wait_for(reader.read(1), timeout=delay)
+                    except asyncio.TimeoutError:
+                        pass
+                    else:
+                        self.stats.abandoned_answers += 1
+                        return False
             text = " tok" * n
             self._write_json(writer, 200, {
                 "id": rid, "object": "chat.completion", "created": created, "model": model,
@@ -360,6 +391,7 @@ class MockServer:
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
             }, keep_alive)
             await writer.drain()
+            self.stats.completed_answers += 1
             return keep_alive
 
         writer.write(
@@ -367,6 +399,7 @@ class MockServer:
             b"transfer-encoding: chunked\r\nconnection: %s\r\n\r\n" % (b"keep-alive" if keep_alive else b"close")
         )
         writer.write(chunk({"role": "assistant", "content": ""}))
+        self._streamed(writer, True)
         sent_tokens = 0
         for k in range(chunks):
             size = min(s.tokens_per_chunk, n - sent_tokens)
@@ -412,6 +445,7 @@ class MockServer:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         self.stats.completed_streams += 1
+        self._streamed(writer, False)
         return keep_alive
 
 
@@ -424,6 +458,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-tokens", type=int, default=None, help="tokens per response; default: the request's max_tokens")
     parser.add_argument("--reasoning-tokens", type=int, default=0, help="the first N tokens stream as reasoning_content (default: %(default)s)")
     parser.add_argument("--no-usage", action="store_true", help="never send a usage chunk, even when asked")
+    parser.add_argument("--paced-non-streaming", action="store_true",
+                        help="send a non-streaming answer when its stream would end (ttft + itl per chunk), as vLLM does; default: at once")
     parser.add_argument(
         "--fault", action="append", default=[], metavar="SPEC",
         help="inject a fault into every EVERY-th request: http:STATUS:EVERY, stall:EVERY or broken:EVERY (repeatable; first match wins)",
@@ -460,6 +496,7 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
         doomed_gone_after_s=args.doomed_gone_after,
         doomed_drain=args.doomed_drain,
         events_file=args.events_file,
+        paced_non_streaming=args.paced_non_streaming,
     )
 
 
@@ -557,11 +594,10 @@ class MockProcess:
 def start_process(*flags: str, host: str = "127.0.0.1", port: int = 0) -> MockProcess:
     """Start a mock server process on ``host:port`` (0: a free port) with ``flags`` (this module's
     command line); returns once it listens. Raises RuntimeError with its output if it does not."""
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ, PYTHONPATH=package_root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The same interpreter, so the same installed gennstack (whatever the working directory).
     proc = subprocess.Popen(
         [sys.executable, "-m", "gennstack.bench.mockserver", *flags, "--host", host, "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -101,9 +101,13 @@ class ResilienceConfig(StrictModel):
     # 2 keeps the first retry at the same priority, on another server (previous_hosts).
     attempts_per_priority: Annotated[int, Field(ge=1, le=10)] = 2
     retry_on_status: tuple[int, ...] = (502, 503, 504)
-    # No byte for this long on a stream: Envoy resets it; before the first token that is a retry
-    # on the next backend, after it the client sees the stream end early.
-    stream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 30
+    # No byte from a server for this long: the attempt is stuck. Envoy resets it (the AI Gateway makes
+    # the rule's streamIdleTimeout Envoy's per-try idle timeout) and counts a failure against the server;
+    # before the first byte that is a retry on another server, after it the client sees the stream end
+    # early. A non-streaming answer sends no byte until it is done (vLLM), so this must outlast the
+    # longest non-streaming answer: 300 s is 6,000 tokens at 20 tokens/s. It is also the bound on how
+    # long a request waits on a server that hangs (one that dies is retried at once).
+    stream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 300
     # Whole request, streaming included (long generations take minutes); also bounds each attempt,
     # since Envoy's per-try timeout covers the whole response and must not cut a long stream.
     request_timeout_s: Annotated[int, Field(ge=1, le=86400)] = 900
@@ -169,8 +173,10 @@ class LoadBalancerConfig(StrictModel):
     # ACM certificate (for a name clients already trust): the NLB terminates TLS on 443 with it and
     # re-encrypts to Envoy. Optional, internet-facing included: without it clients trust the gateway's CA.
     certificate_arn: str | None = None
-    # Client CIDRs allowed through the NLB's security group; empty: the VPC for internal,
-    # nobody is let through by default for internet-facing (so it must be set).
+    # Client CIDRs allowed through the NLB's security group; empty: the VPC's CIDR for internal
+    # (the stack writes it: the AWS Load Balancer Controller v3.5.0 itself would open 0.0.0.0/0,
+    # pkg/service/model_build_managed_sg.go buildCIDRsFromSourceRanges, so anything routed into the
+    # VPC, peering, transit gateway, VPN, would reach 443); internet-facing must set it.
     allowed_cidrs: tuple[str, ...] = ()
 
     @field_validator("certificate_arn")

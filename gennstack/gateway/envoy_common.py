@@ -96,6 +96,24 @@ CLUSTER_RETRY_AFTER_S = 60
 DNS_REFRESH_S = 5
 
 
+# Outlier ejection never takes out more than this share of one route's servers (Envoy
+# source/common/upstream/outlier_detection_impl.cc, ejectHost: a host is ejected only while
+# (ejected + 1) / hosts x 100 <= max_ejection_percent, else ejections_overflow is counted), so it
+# never takes a model's last server: with 2 servers it may take 1, with 1 server none (active health
+# checks still take out a server whose health endpoint fails). Envoy Gateway v1.8.3 writes the
+# BackendTrafficPolicy's passive.maxEjectionPercent into the cluster when > 0
+# (internal/xds/translator/cluster.go buildXdsOutlierDetection).
+MAX_EJECTION_PERCENT = 50
+
+# False: an ejected server stays out for its ejection time (base_ejection_time x its ejections),
+# even while its health endpoint passes. Envoy's default (true,
+# envoy/config/cluster/v3/outlier_detection.proto successful_active_health_check_uneject_host)
+# un-ejects it at its next passing active health check, so a server answering 503 with a healthy
+# /health came back every health interval. Envoy Gateway v1.8.3 has no field for it (its
+# buildXdsOutlierDetection never sets it): the chart's EnvoyPatchPolicy adds it to each rule's cluster.
+UNEJECT_ON_PASSING_HEALTH_CHECK = False
+
+
 def local_retry_after_s(requests: int, interval_s: float) -> int:
     """Seconds until Envoy's local token bucket (``requests`` per ``interval_s``, refilled
     continuously) holds one more request."""

@@ -53,7 +53,9 @@ from gennstack.gateway import lua
 from gennstack.gateway.config import GatewayConfig, ResilienceConfig, RoutingTable
 from gennstack.gateway.envoy_common import (
     DNS_REFRESH_S,
+    MAX_EJECTION_PERCENT,
     MAX_HOSTS_PER_BACKEND,
+    UNEJECT_ON_PASSING_HEALTH_CHECK,
     local_reply_config,
     local_retry_after_s,
     overprovisioning_policy,
@@ -254,7 +256,10 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
             "enforcing_consecutive_local_origin_failure": 100,
             "interval": _duration(settings.outlier_interval_s),
             "base_ejection_time": _duration(resilience.base_ejection_time_s),
-            "max_ejection_percent": 100,
+            # never every server of a route, and an ejected one stays out its ejection time
+            # (envoy_common: the cluster's BackendTrafficPolicy and EnvoyPatchPolicy set the same)
+            "max_ejection_percent": MAX_EJECTION_PERCENT,
+            "successful_active_health_check_uneject_host": UNEJECT_ON_PASSING_HEALTH_CHECK,
         },
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {

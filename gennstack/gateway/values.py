@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
-from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, OVERPROVISIONING_FACTOR,
-                                             local_reply_config)
+from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, MAX_EJECTION_PERCENT,
+                                             OVERPROVISIONING_FACTOR, UNEJECT_ON_PASSING_HEALTH_CHECK, local_reply_config)
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
 
@@ -91,15 +91,33 @@ def tls_dns_names(gateway: GatewayConfig, *, region: str, url_suffix: str = "ama
     return [nlb_dns_wildcard(region, url_suffix), in_cluster_dns_wildcard(), *gateway.tls.hostnames]
 
 
+def allowed_cidrs(gateway: GatewayConfig, vpc_cidr: str) -> list[str]:
+    """The NLB's client CIDRs (the proxies' Service's loadBalancerSourceRanges): the config's, or for
+    an internal NLB without any, the VPC's CIDR. Never empty for an internal NLB: AWS Load Balancer
+    Controller v3.5.0 turns empty source ranges into 0.0.0.0/0 (pkg/service/model_build_managed_sg.go,
+    buildCIDRsFromSourceRanges), not "the VPC"."""
+    lb = gateway.load_balancer
+    if lb.allowed_cidrs:
+        return list(lb.allowed_cidrs)
+    if lb.scheme == "internal":
+        if not vpc_cidr:
+            raise ValueError("gateway.load_balancer.allowed_cidrs is empty and no VPC CIDR was given: an internal NLB "
+                             "would let 0.0.0.0/0 in (pass vpc_cidr, or set allowed_cidrs)")
+        return [vpc_cidr]
+    return []
+
+
 def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region: str,
                          api_keys_secret_name: str, redis_secret_name: str = "", url_suffix: str = "amazonaws.com",
+                         vpc_cidr: str = "10.0.0.0/16",  # the CDK ec2.Vpc default; the construct passes its VPC's
                          system_node_selector: dict[str, str] | None = None,
                          system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
     """Values of ``assets/charts/gennstack-gateway`` for the routing table of enabled models.
 
     ``region``, ``api_keys_secret_name``, ``redis_secret_name`` and ``url_suffix`` (the partition's
     DNS suffix) may be CDK tokens; they are names, never secret values. ``redis_secret_name`` is
-    required when the rate limit is on.
+    required when the rate limit is on. ``vpc_cidr`` (the VPC's CIDR, may be a token) is the internal
+    NLB's client range when ``allowed_cidrs`` is empty.
     """
     resilience = gateway.resilience
     lb = gateway.load_balancer
@@ -117,7 +135,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "loadBalancer": {
                 "scheme": lb.scheme,
                 "certificateArn": lb.certificate_arn or "",
-                "allowedCidrs": list(lb.allowed_cidrs),
+                "allowedCidrs": allowed_cidrs(gateway, vpc_cidr),
             },
             "tls": {
                 "dnsNames": tls_dns_names(gateway, region=region, url_suffix=url_suffix),
@@ -170,6 +188,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                 "consecutive5xx": resilience.consecutive_5xx,
                 "consecutiveGatewayErrors": resilience.consecutive_gateway_errors,
                 "baseEjectionTime": _duration(resilience.base_ejection_time_s),
+                "maxEjectionPercent": MAX_EJECTION_PERCENT,
             },
         },
         "bufferLimit": f"{gateway.max_request_mib}Mi",
@@ -204,6 +223,7 @@ def envoy_patch_values() -> dict[str, Any]:
     local reply config as the local gateway (gennstack/gateway/envoy_common.py)."""
     return {
         "overprovisioningFactor": OVERPROVISIONING_FACTOR,
+        "unejectOnPassingHealthCheck": UNEJECT_ON_PASSING_HEALTH_CHECK,
         "listener": GATEWAY_LISTENER,
         "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES),
     }

@@ -128,7 +128,7 @@ class Gateway(Construct):
             values=gateway_values.gateway_chart_values(
                 gateway, self.table, region=Aws.REGION, api_keys_secret_name=self.api_keys_secret.secret_name,
                 redis_secret_name=self.redis_secret.secret_name if self.redis_secret else "",
-                url_suffix=Aws.URL_SUFFIX, **system),
+                url_suffix=Aws.URL_SUFFIX, vpc_cidr=cluster.vpc.vpc_cidr_block, **system),
         )
         for upstream in self.charts.values():
             self.chart.node.add_dependency(upstream)

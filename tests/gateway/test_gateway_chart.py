@@ -123,7 +123,7 @@ def test_alias_split_failover_and_model_override(default_docs) -> None:
     assert (refs[gpt]["weight"], refs[gpt]["priority"], refs[gpt]["modelNameOverride"]) == (80, 0, "gpt-oss-20b")
     assert (refs[maverick]["weight"], refs[maverick]["priority"]) == (20, 0)
     assert refs[llama]["priority"] == 1 and refs[llama]["modelNameOverride"] == "llama-3-70b-instruct"
-    assert rule["streamIdleTimeout"] == "30s" and rule["timeouts"] == {"request": "900s"}
+    assert rule["streamIdleTimeout"] == "300s" and rule["timeouts"] == {"request": "900s"}
     names = [r["name"] for r in route["spec"]["rules"]]
     assert len(names) == len(set(names))  # the CRD's CEL rule: unique rule names
     assert {c["type"] for c in route["spec"]["llmRequestCosts"]} == {"InputToken", "OutputToken", "TotalToken"}
@@ -153,7 +153,7 @@ def test_failover_health_checks_and_rate_limit_policy(default_docs) -> None:
     assert retry["perRetry"]["timeout"] == "900s"  # never cuts a long stream
     active, passive = btp["spec"]["healthCheck"]["active"], btp["spec"]["healthCheck"]["passive"]
     assert active["type"] == "HTTP" and active["http"]["path"] == "/health"
-    assert passive["consecutiveGatewayErrors"] == 3 and passive["maxEjectionPercent"] == 100
+    assert passive["consecutiveGatewayErrors"] == 3 and passive["maxEjectionPercent"] == 50  # never every server
     # the limits live on the Gateway's policy; the route's merges with it
     assert "rateLimit" not in btp["spec"] and btp["spec"]["mergeType"] == "StrategicMerge"
     assert limits["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": route["metadata"]["name"]}]
@@ -517,3 +517,28 @@ def test_model_names_kubernetes_cannot_hold_render_valid_objects(helm) -> None:
 
 def _config_with_models(models: dict) -> GatewayConfig:
     return GatewayConfig.model_validate(frozen({"models": models, "aliases": {}}))
+
+
+def test_an_internal_nlb_without_allowed_cidrs_lets_in_only_the_vpc(helm) -> None:
+    """AWS Load Balancer Controller v3.5.0 pkg/service/model_build_managed_sg.go,
+    buildCIDRsFromSourceRanges: with no loadBalancerSourceRanges (and no source-ranges annotation or
+    prefix lists) the NLB's managed security group admits 0.0.0.0/0, for an internal NLB too. So an
+    internal gateway without allowed_cidrs gets the VPC's CIDR as its source ranges, and an explicit
+    list is kept as given."""
+    from gennstack.gateway.values import allowed_cidrs, gateway_chart_values
+
+    gateway = GatewayConfig()
+    assert gateway.load_balancer.scheme == "internal" and not gateway.load_balancer.allowed_cidrs
+    assert allowed_cidrs(gateway, "10.42.0.0/16") == ["10.42.0.0/16"]
+    with pytest.raises(ValueError, match="0.0.0.0/0"):
+        allowed_cidrs(gateway, "")
+    listed = GatewayConfig.model_validate(frozen({"load_balancer": {"allowed_cidrs": ["192.168.0.0/24"]}}))
+    assert allowed_cidrs(listed, "10.42.0.0/16") == ["192.168.0.0/24"]
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k",
+                                  redis_secret_name="r", vpc_cidr="10.42.0.0/16")
+    proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--values", "-"],
+                          input=json.dumps(values), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (proxy,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "EnvoyProxy"]
+    service = proxy["spec"]["provider"]["kubernetes"]["envoyService"]
+    assert service["loadBalancerSourceRanges"] == ["10.42.0.0/16"]

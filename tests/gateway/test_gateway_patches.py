@@ -118,12 +118,17 @@ def test_cluster_patches_name_each_ai_gateway_rule_cluster(helm) -> None:
         (route,) = docs["AIGatewayRoute"]
         (policy,) = docs["EnvoyPatchPolicy"]
         clusters = [p for p in policy["spec"]["jsonPatches"] if p["type"].endswith("cluster.v3.Cluster")]
-        assert len(clusters) == len(route["spec"]["rules"]) == len(routing_table(gateway).routes)
-        for index, patch in enumerate(clusters):
-            assert patch["name"] == f"httproute/{namespace}/{route['metadata']['name']}/rule/{index}"
+        factor = [p for p in clusters if p["operation"]["path"] == "/load_assignment/policy/overprovisioning_factor"]
+        uneject = [p for p in clusters
+                   if p["operation"]["path"] == "/outlier_detection/successful_active_health_check_uneject_host"]
+        assert len(factor) == len(uneject) == len(route["spec"]["rules"]) == len(routing_table(gateway).routes)
+        assert len(clusters) == 2 * len(factor)
+        for index, (patch, uneject_patch) in enumerate(zip(factor, uneject, strict=True)):
+            assert patch["name"] == uneject_patch["name"] == f"httproute/{namespace}/{route['metadata']['name']}/rule/{index}"
             assert _parse_ai_gateway_cluster_name(patch["name"]) == (namespace, route["metadata"]["name"], index)
             assert patch["operation"] == {"op": "add", "path": "/load_assignment/policy/overprovisioning_factor",
                                           "value": OVERPROVISIONING_FACTOR}
+            assert uneject_patch["operation"]["op"] == "add" and uneject_patch["operation"]["value"] is False
 
 
 def test_listener_patch_names_the_gateway_listener_and_every_hcm(policy, docs) -> None:
@@ -240,3 +245,30 @@ def test_the_ai_gateways_own_json_answers_pass_through_in_the_cluster() -> None:
     assert answers[400] == json.loads(AI_GATEWAY_400)
     assert answers[422]["error"]["code"] == "422" and answers[422]["type"] == "error"
     assert answers[413]["error"]["type"] == "invalid_request_error" and answers[413]["error"]["code"] == "request_too_large"
+
+
+def test_outlier_semantics_match_the_local_gateway(helm) -> None:
+    """The cluster's outlier settings are the local gateway's (tests/gateway/test_gateway_outlier_e2e.py
+    measures them on real Envoy): the BackendTrafficPolicy's passive.maxEjectionPercent, which Envoy
+    Gateway v1.8.3 writes into the cluster's outlier_detection.max_ejection_percent when > 0
+    (internal/xds/translator/cluster.go buildXdsOutlierDetection), and the EnvoyPatchPolicy's
+    successful_active_health_check_uneject_host, a field Envoy Gateway never sets (same function)
+    and patches with proto field names (internal/xds/translator/jsonpatch.go: UseProtoNames), onto
+    the /outlier_detection that the passive health check makes. Every rule's policy (fallback_on
+    ones too) carries the cap."""
+    gateway = GatewayConfig.model_validate(frozen({"fallback_on": {"gennstack-default": ["rate_limited"]}}))
+    bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway,
+                                LocalSettings(listen_port=0, admin_port=0))
+    local = {c["name"]: c["outlier_detection"] for c in bootstrap["static_resources"]["clusters"]}
+    assert local and all(o["max_ejection_percent"] == 50 for o in local.values())
+    assert all(o["successful_active_health_check_uneject_host"] is False for o in local.values())
+    docs = _render(helm, gateway)
+    passive = [p["spec"]["healthCheck"]["passive"] for p in docs["BackendTrafficPolicy"] if "healthCheck" in p["spec"]]
+    assert len(passive) == 2
+    for p in passive:
+        assert p["maxEjectionPercent"] == 50
+        assert p["consecutiveLocalOriginFailures"] == 1 and p["splitExternalLocalOriginErrors"] is True
+    (policy,) = docs["EnvoyPatchPolicy"]
+    uneject = {p["name"]: p["operation"]["value"] for p in policy["spec"]["jsonPatches"]
+               if p["operation"].get("path") == "/outlier_detection/successful_active_health_check_uneject_host"}
+    assert len(uneject) == len(routing_table(gateway).routes) and set(uneject.values()) == {False}

@@ -106,7 +106,8 @@ healthCheck:
     consecutiveLocalOriginFailures: 1
     interval: 2s
     baseEjectionTime: {{ $r.outlier.baseEjectionTime }}
-    maxEjectionPercent: 100
+    # never every server of the rule: outlier ejection takes at most this share (Envoy counts the overflow)
+    maxEjectionPercent: {{ required "resilience.outlier.maxEjectionPercent" $r.outlier.maxEjectionPercent }}
 {{- end }}
 
 {{/* The server certificate Envoy serves on the HTTPS listener (kubernetes.io/tls, with ca.crt). */}}
