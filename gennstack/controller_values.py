@@ -90,9 +90,17 @@ def operator_values() -> dict[str, dict[str, Any]]:
         # asks for every device of its node (gennstack/serving/values.py ``_chips``), so any
         # allocation is contiguous. Its kube-scheduler image (v1.28 in the chart) is far outside
         # the skew kube-scheduler supports against a 1.36 control plane, and no pod names it.
+        #
+        # The Neuron node problem detector stays off (the chart's default is on): the chart puts it
+        # in `neuron-healthcheck-system` (npd.namespaceOverride), a namespace it does not create, so
+        # with it on this release, installed with `wait`, fails and the stack rolls back. Turning it
+        # on needs that namespace first, its IAM (CloudWatch metrics, and with npd.nodeRecovery the
+        # Auto Scaling health calls) and its signals on the dashboards; GenNStack installs the device
+        # plugin only (README).
         versions.NEURON.name: {
             "devicePlugin": {"enabled": True, "tolerations": [{"key": NEURON, "operator": "Exists", "effect": "NoSchedule"}]},
             "scheduler": {"enabled": False},
+            "npd": {"enabled": False},
         },
         versions.NVIDIA_DEVICE_PLUGIN.name: {
             "affinity": _NVIDIA_AFFINITY,

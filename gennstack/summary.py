@@ -19,6 +19,7 @@ from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_
 from gennstack.observability.summary import monitoring_lines
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 from gennstack.serving.scaling import scaling_line
+from gennstack.serving.support import SUPPORT, effective_release
 
 CONFIG_METADATA_KEY = "GenNStack::Config"
 
@@ -173,6 +174,8 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"  Generation {gen_name}: {generation.get('model_id')} @ {generation.get('model_revision')}: {where}, "
             f"{section.get('warm_spare_replicas', 0)} warm spare(s)"
         )
+        if has_serving_chart and gen_name in SUPPORT:
+            lines.append(f"    {image_line(gen_name, section)}")
         if has_serving_chart and "target_ongoing_requests" in section:
             lines.append(f"    {scaling_line(gen_name, section)}")
         capacity = capacity_line(gen_name, generation, section)
@@ -243,6 +246,23 @@ def gateway_tls_lines(gateway: dict[str, Any], region: str | None) -> list[str]:
         f"    HTTPS on 443: TLS ends at Envoy, certificate from the gateway's own CA for {', '.join(names)}",
         f"    CA for clients: kubectl get configmap -n {namespace} {CA_CONFIGMAP} -o jsonpath='{{.data.ca\\.crt}}' > gennstack-ca.pem",
     ]
+
+
+def image_line(gen_name: str, section: dict[str, Any]) -> str:
+    """The image a generation runs and its Neuron release (gennstack.serving.support), from the recorded config."""
+    row = SUPPORT[gen_name]
+    image = section.get("image")
+    if gen_name == "g6e":
+        return f"Image: {image or row.image} (CUDA, vLLM {row.vllm})"
+    release = effective_release(gen_name, image, section.get("neuron_release"))
+    if image:
+        shown = image
+    elif gen_name == "inf2":
+        shown = f"{row.image} + Ray Serve (built from assets/images/inf2-ray-serve)"
+    else:
+        shown = row.image
+    plugin = f", vLLM {row.vllm} with vllm-neuron {row.plugin}" if not image else ""
+    return f"Image: {shown} (Neuron {release}{plugin})"
 
 
 def capacity_line(gen_name: str, generation: dict[str, Any], section: dict[str, Any]) -> str | None:

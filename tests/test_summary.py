@@ -33,6 +33,13 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert ("    Scaling: 1-2 replicas by Ray Serve autoscaling on in-flight requests per replica, "
             "target 16 (batch 20); up after 60 s, down after 600 s below target; at most 40 sequences at once") in lines
     assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
+    # Per generation: the image it runs and its Neuron release (gennstack.serving.support).
+    dlc = "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"
+    assert (f"    Image: {dlc} + Ray Serve (built from assets/images/inf2-ray-serve) (Neuron 2.28.0, vLLM 0.13.0 "
+            "with vllm-neuron release-0.4.1)") in lines
+    assert f"    Image: {dlc} (Neuron 2.28.0, vLLM 0.13.0 with vllm-neuron release-0.4.1)" in lines
+    assert any(line.startswith("    Image: docker.io/vllm/vllm-openai:v0.29.0@sha256:") and line.endswith("(CUDA, vLLM 0.29.0)")
+               for line in lines)
     # Per generation: layout and bytes per NeuronCore/GPU from gennstack.serving.capacity.
     assert ("    Memory: TP 24, 20 seqs x 8192 tokens; per NeuronCore (16.00 GB): weights 6.22 GB, KV 6.71 GB, "
             "margin 1.60 GB, free 1.47 GB; at most 24 sequences of 8192 tokens") in text.splitlines()

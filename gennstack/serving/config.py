@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from gennstack.config_base import FieldError, StrictModel
+from gennstack.serving.support import effective_release, neuron_release_of, release_error
 
 __all__ = ["G6eServing", "Inf2Serving", "ServingConfig", "Trn2Serving", "INF2_NEURON_CORES", "TRN2_LOGICAL_CORES"]
 
@@ -48,6 +49,21 @@ ServingReplicas = Annotated[int, Field(ge=0, le=100)]  # 0 is refused with the r
 _RENAMED = {
     "replicas": "min_replicas and max_replicas (replicas now scale on load between them; set both to N for a fixed N)",
 }
+
+
+NeuronRelease = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")]
+
+
+def _check_release(generation: str, image: str | None, declared: str | None) -> None:
+    """A Neuron generation's release (its image tag's, the declared one, or the support matrix's)
+    must be one whose NxD Inference runs on its family; a declared one must agree with the tag."""
+    tagged = neuron_release_of(image) if image is not None else None
+    if declared is not None and tagged is not None and declared != tagged:
+        raise FieldError("neuron_release", declared, f"the release the image's tag names ({tagged}), or unset")
+    release = effective_release(generation, image, declared)
+    if error := release_error(generation, release):
+        key, value = ("image", image) if tagged is not None else ("neuron_release", release)
+        raise FieldError(key, value, error)
 
 
 def _check_image(value: str | None) -> str | None:
@@ -157,6 +173,15 @@ class Inf2Serving(_ModelServer):
     # core idles (8 idle cores are a third of the node's price). Which degrees fit, and how many
     # sequences, is computed per NeuronCore by gennstack.serving.capacity for the model served.
     tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 24
+    # Neuron release of `image` when its tag names none (`-sdk<x.y.z>-`); unset: the tag's, else
+    # the support matrix's (gennstack/serving/support.py). It keys the compiled artifacts.
+    neuron_release: NeuronRelease | None = None
+
+
+    @model_validator(mode="after")
+    def _release(self) -> Inf2Serving:
+        _check_release("inf2", self.image, self.neuron_release)
+        return self
 
 
 class Trn2Serving(_ModelServer):
@@ -181,6 +206,13 @@ class Trn2Serving(_ModelServer):
     # file per rank, about the weights' size again), so serving pods load shards instead of
     # re-sharding ~800 GB at every start.
     save_sharded_checkpoint: bool = True
+    # Neuron release of `image` when its tag names none; see Inf2Serving.neuron_release.
+    neuron_release: NeuronRelease | None = None
+
+    @model_validator(mode="after")
+    def _release(self) -> Trn2Serving:
+        _check_release("trn2", self.image, self.neuron_release)
+        return self
 
     @model_validator(mode="after")
     def _layout(self) -> Trn2Serving:

@@ -85,7 +85,24 @@ def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
             raise ConfigError(f"serving.{name}.{exc}") from None
     if trn2.enabled:
         _check_chunked_attention(serving, MODELS[trn2.model_id])
+    _check_compile_capacity(generations, serving)
     check_nodes_admit(generations, serving)
+
+
+def _check_compile_capacity(generations: GenerationsConfig, serving: ServingConfig) -> None:
+    """A Neuron generation's compile Job runs only on on-demand or reserved capacity (never spot: a
+    reclaim mid-compile leaves a half-written artifact set), so while staging renders it, the
+    generation needs its on-demand pool or a capacity reservation, or the Job never schedules."""
+    if not serving.staging:
+        return
+    for name in ("inf2", "trn2"):
+        gen = getattr(generations, name)
+        if gen.enabled and not gen.on_demand_fallback and not gen.capacity_reservation_ids:
+            raise ConfigError(
+                f"generations.{name}.on_demand_fallback: got False; allowed: true, or capacity_reservation_ids "
+                f"for {name}, while serving.staging is true: the {name} compile Job runs only on on-demand or "
+                "reserved capacity, and with neither pool no node can run it"
+            )
 
 
 def _check_heads(name: str, serving: ServingConfig, model) -> None:

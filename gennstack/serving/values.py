@@ -19,17 +19,32 @@ from gennstack.instances import INSTANCE_TYPES
 from gennstack.observability.names import PROMETHEUS_URL
 from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn2Serving
 from gennstack.serving.fit import check_fits
+from gennstack.serving.support import NEURON_GENERATIONS, SUPPORT, effective_release
 from gennstack.storage_layout import compile_cache_prefix, model_prefix
 
-__all__ = ["NEURON_SDK_VERSION", "compile_cache_prefixes", "compile_layout", "model_prefixes", "serving_values"]
+__all__ = ["NEURON_SDK_VERSION", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
+           "neuron_release", "serving_values"]
 
-# The Neuron SDK of the chart's Neuron image (images.neuronVllm in values.yaml, the
-# pytorch-inference-vllm-neuronx 0.16.0 DLC built on Neuron 2.31.1). Compiled artifacts are
-# only valid for the SDK that made them, so the compile-cache key carries it; a test fails when
-# this and the chart's neuron.sdkVersion disagree.
-NEURON_SDK_VERSION = "2.31.1"
+# The Neuron release of the chart's default Neuron image (images.neuronVllm and neuron.sdkVersion in
+# values.yaml): the support matrix's (gennstack/serving/support.py). Compiled artifacts are only
+# valid for the release that made them, so each generation's compile-cache key carries its own
+# (neuron_release); a test fails when this and the chart's neuron.sdkVersion disagree.
+NEURON_SDK_VERSION = SUPPORT["inf2"].neuron_release
 
-NEURON_GENERATIONS = ("inf2", "trn2")
+
+def generation_image(generation: str, serving: ServingConfig) -> str:
+    """The image a generation runs: ``serving.<gen>.image`` if set, else the support matrix's."""
+    section: Inf2Serving | Trn2Serving | G6eServing = getattr(serving, generation)
+    return section.image or SUPPORT[generation].image
+
+
+def neuron_release(generation: str, serving: ServingConfig) -> str:
+    """The Neuron release a Neuron generation runs (its image tag's, its declared ``neuron_release``,
+    or the support matrix's): what its compile-cache key carries, so two releases never mix."""
+    if generation not in NEURON_GENERATIONS:
+        raise ValueError(f"generation: got {generation!r}; allowed: one of {list(NEURON_GENERATIONS)} (Neuron only)")
+    section: Inf2Serving | Trn2Serving = getattr(serving, generation)
+    return effective_release(generation, section.image, section.neuron_release)
 
 
 def compile_layout(generation: str, serving: ServingConfig) -> str:
@@ -56,7 +71,7 @@ def compile_cache_prefixes(config: GenNStackConfig, serving: ServingConfig) -> d
     """Key prefix of each enabled Neuron generation's compiled artifacts in the compile-cache bucket."""
     return {
         name: compile_cache_prefix(
-            neuron_sdk=NEURON_SDK_VERSION, model_id=gen.model_id, revision=gen.model_revision,
+            neuron_sdk=neuron_release(name, serving), model_id=gen.model_id, revision=gen.model_revision,
             parallelism=compile_layout(name, serving),
         )
         for name, gen in config.generations.enabled().items()
@@ -97,12 +112,16 @@ def serving_values(
             "serving": {"name": serving_service_account},
             "staging": {"name": staging_service_account},
         },
+        # The chart's default for a generation without its own neuronRelease; each Neuron
+        # generation below passes its own (the support matrix's, or its configured image's).
         "neuron": {"sdkVersion": NEURON_SDK_VERSION},
         "staging": {"enabled": serving.staging, "hfTokenSecret": hf_token_secret},
         # KEDA (gennstack/controller_values.py keda_values) scales gen2/gen3 on what GenNStack's Prometheus scrapes.
         "autoscaling": {"enabled": True, "prometheusUrl": PROMETHEUS_URL},
-        "inf2": {**_model(gens.inf2, serving.inf2), **_inf2(serving.inf2, gens.inf2)},
-        "trn2": {**_model(gens.trn2, serving.trn2), **_trn2(serving.trn2, gens.trn2)},
+        "inf2": {**_model(gens.inf2, serving.inf2), **_inf2(serving.inf2, gens.inf2),
+                 "neuronRelease": neuron_release("inf2", serving)},
+        "trn2": {**_model(gens.trn2, serving.trn2), **_trn2(serving.trn2, gens.trn2),
+                 "neuronRelease": neuron_release("trn2", serving)},
         "g6e": {**_model(gens.g6e, serving.g6e), **_g6e(serving.g6e)},
     }
 

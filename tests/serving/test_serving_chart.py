@@ -322,10 +322,16 @@ def test_ray_head_stays_off_accelerator_nodes(rendered_all) -> None:
 
 
 @pytest.mark.parametrize("generation", ["inf2", "trn2"])
-def test_compile_jobs_run_on_demand_on_their_family(rendered_all, generation) -> None:
+def test_compile_jobs_run_on_demand_or_reserved_on_their_family(rendered_all, generation) -> None:
+    """Never spot, but on a capacity reservation as well as on-demand: Karpenter 1.14.1 labels a
+    node launched into a reservation `karpenter.sh/capacity-type: reserved` (kubernetes-sigs/karpenter
+    v1.14.1 pkg/apis/v1/labels.go CapacityTypeReserved), so an `on-demand` selector alone would skip
+    the reservation and, with on_demand_fallback false, never schedule."""
     job = next(o for o in rendered_all if o["kind"] == "Job" and o["metadata"]["name"].startswith(f"{POOLS[generation]}-compile-"))
     spec = job["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"gennstack.io/generation": generation, "karpenter.sh/capacity-type": "on-demand"}
+    assert spec["nodeSelector"] == {"gennstack.io/generation": generation}
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand", "reserved"]}]
     assert job["spec"]["backoffLimit"] == 0
     compile_container = next(c for c in spec["initContainers"] if c["name"] == "compile")
     resource, count, _ = ACCELERATORS[generation]

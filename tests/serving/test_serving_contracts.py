@@ -2,10 +2,10 @@
 pinned upstream versions that define them.
 
 The pinned versions: vLLM 0.29.0 (`images.vllm`, vllm/vllm-openai:v0.29.0, serves g6e), vLLM
-0.16.0 (the Neuron DLC `pytorch-inference-vllm-neuronx:0.16.0-...`, serves trn2 and inf2 and runs
-the compile Jobs), Ray 2.60.0 (`ray[serve]==2.60.0` in assets/images/inf2-ray-serve/Dockerfile).
-The tables below were read from those releases' wheels on PyPI (vllm-0.16.0, vllm-0.29.0,
-ray-2.60.0); the installed packages are not exercised here: vLLM needs torch and a GPU or Neuron
+0.13.0 (the Neuron 2.28.0 DLC `pytorch-inference-vllm-neuronx:0.13.0-...-sdk2.28.0-...`, serves trn2
+and inf2 and runs the compile Jobs; gennstack/serving/support.py), Ray 2.60.0 (`ray[serve]==2.60.0`
+in assets/images/inf2-ray-serve/Dockerfile). The tables below were read from those releases' wheels
+on PyPI (vllm-0.13.0 cp38-abi3 manylinux_2_31_x86_64, vllm-0.29.0, ray-2.60.0); the installed packages are not exercised here: vLLM needs torch and a GPU or Neuron
 device to import, and `ray.serve.schema` imports the whole Serve stack (grpcio, fastapi,
 opentelemetry, ...), about 300 MB the test venv does not otherwise need. A flag the chart starts
 passing must be added to the table of its version after reading it there, with the file it is in.
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 # flag -> the file of that vLLM release that defines it (arg_utils.py: EngineArgs.add_cli_args;
 # cli_args.py: FrontendArgs fields, turned into --kebab-case flags by get_kwargs).
-VLLM_0_16_0_FLAGS = {
+VLLM_0_13_0_FLAGS = {
     "--served-model-name": "vllm/engine/arg_utils.py",
     "--max-model-len": "vllm/engine/arg_utils.py",
     "--max-num-seqs": "vllm/engine/arg_utils.py",
@@ -103,20 +103,22 @@ def flags(objects: dict, generation: str) -> list[str]:
 
 
 @pytest.mark.parametrize("generation", ["trn2", "inf2"])
-def test_neuron_flags_exist_in_vllm_0_16_0(objects, generation) -> None:
-    """vLLM 0.16.0 (the Neuron DLC's): vllm/engine/arg_utils.py (EngineArgs.add_cli_args) and
-    vllm/entrypoints/openai/cli_args.py (FrontendArgs) define every flag trn2 and inf2 pass."""
-    unknown = [f for f in flags(objects, generation) if f not in VLLM_0_16_0_FLAGS]
-    assert unknown == [], f"{generation}: flags not read in vLLM 0.16.0's source: {unknown}"
+def test_neuron_flags_exist_in_vllm_0_13_0(objects, generation) -> None:
+    """vLLM 0.13.0 (the Neuron 2.28.0 DLC's): vllm/engine/arg_utils.py (EngineArgs.add_cli_args:
+    --block-size, --num-gpu-blocks-override, --enable-prefix-caching as a BooleanOptionalAction,
+    --additional-config) and vllm/entrypoints/openai/cli_args.py (FrontendArgs host, port) define
+    every flag trn2 and inf2 pass."""
+    unknown = [f for f in flags(objects, generation) if f not in VLLM_0_13_0_FLAGS]
+    assert unknown == [], f"{generation}: flags not read in vLLM 0.13.0's source: {unknown}"
 
 
 def test_neuron_servers_get_no_shutdown_timeout(objects) -> None:
-    """vLLM 0.16.0 has no --shutdown-timeout: vllm/entrypoints/launcher.py cancels the server task on
+    """vLLM 0.13.0 has no --shutdown-timeout: vllm/entrypoints/launcher.py cancels the server task on
     SIGTERM (in-flight requests are aborted) and vllm/engine/arg_utils.py defines no such flag. Passing
     it would stop the server from starting, so trn2 and inf2 drain in their preStop instead."""
     for generation in ("trn2", "inf2"):
         assert "--shutdown-timeout" not in flags(objects, generation)
-    assert "--shutdown-timeout" not in VLLM_0_16_0_FLAGS
+    assert "--shutdown-timeout" not in VLLM_0_13_0_FLAGS
 
 
 def test_g6e_flags_exist_in_vllm_0_29_0(objects) -> None:
@@ -140,7 +142,7 @@ def test_g6e_tool_parser_and_load_format_are_registered_in_vllm_0_29_0(objects) 
 @pytest.mark.parametrize("generation", ["trn2", "g6e", "inf2"])
 def test_no_unknown_vllm_variable_reaches_vllm(objects, generation) -> None:
     """vLLM 0.29.0 vllm/envs.py validate_environ warns about every VLLM_* variable it does not
-    define, and vllm/envs.py (0.16.0 and 0.29.0) reads VLLM_PORT as the base port of vLLM's own
+    define, and vllm/envs.py (0.13.0 and 0.29.0) reads VLLM_PORT as the base port of vLLM's own
     internal sockets (vllm/utils/network_utils.py). The launcher (files/vllm_serve.py environment())
     drops VLLM_ARGS and GENNSTACK_*, so what vLLM sees holds no chart variable named VLLM_*."""
     import importlib.util
@@ -155,7 +157,7 @@ def test_no_unknown_vllm_variable_reaches_vllm(objects, generation) -> None:
 
 @pytest.mark.parametrize("generation", ["trn2", "g6e", "inf2"])
 def test_hf_hub_offline_is_what_vllm_reads(objects, generation) -> None:
-    """vLLM 0.16.0 and 0.29.0 vllm/transformers_utils/config.py pass
+    """vLLM 0.13.0 and 0.29.0 vllm/transformers_utils/config.py pass
     huggingface_hub.constants.HF_HUB_OFFLINE (set from the HF_HUB_OFFLINE variable) as
     local_files_only, so "1" keeps every model and tokenizer lookup off the internet."""
     assert env(server(objects, generation))["HF_HUB_OFFLINE"] == "1"
@@ -184,8 +186,8 @@ def test_serve_config_uses_only_ray_2_60_0_keys(objects) -> None:
 def test_vllm_under_ray_gets_the_pods_cpus_for_openmp(objects) -> None:
     """Ray 2.60.0 ray/_private/utils.py set_omp_num_threads_if_unset (called by the worker for each
     task and actor) sets OMP_NUM_THREADS to the actor's CPUs, 1 for the replica (num_cpus 1), unless
-    the variable is already set; the vLLM child inherits the actor's environment. vLLM 0.16.0
-    vllm/utils/torch_utils.py sizes torch's threads from OMP_NUM_THREADS. So the chart sets
+    the variable is already set; the vLLM child inherits the actor's environment, and OpenMP (torch's
+    CPU threads) sizes itself from OMP_NUM_THREADS. So the chart sets
     GENNSTACK_OMP_NUM_THREADS, which files/gennstack_serve.py puts into vLLM's OMP_NUM_THREADS."""
     serve = yaml.safe_load(objects[("RayService", "gen1-inf2")]["spec"]["serveConfigV2"])
     assert serve["applications"][0]["deployments"][0]["ray_actor_options"]["num_cpus"] == 1

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from vllm_serve import command, environment  # the chart's launcher, beside this file in /scripts
 
 # Seconds vLLM gets to exit after SIGTERM before its process group is killed. The Neuron DLC's
-# vLLM 0.16.0 aborts in-flight requests on SIGTERM (it has no --shutdown-timeout), so exiting
+# vLLM 0.13.0 aborts in-flight requests on SIGTERM (it has no --shutdown-timeout), so exiting
 # takes seconds; Ray Serve has already drained the replica's requests before it calls __del__.
 STOP_TIMEOUT_S = 10.0
 

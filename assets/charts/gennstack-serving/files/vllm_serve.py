@@ -1,5 +1,5 @@
 """Starts vLLM's OpenAI-compatible server (`vllm serve`, the CLI entry point of both pinned vLLMs:
-0.16.0 in the Neuron DLC, 0.29.0 in vllm-openai) with the arguments the chart put in VLLM_ARGS (a
+0.13.0 in the Neuron 2.28.0 DLC, 0.29.0 in vllm-openai) with the arguments the chart put in VLLM_ARGS (a
 JSON list), so no argument is ever re-split by a shell. Serving pods, the inf2 Ray Serve replicas
 and the compile Jobs all start vLLM through `command()` and `environment()`, with the same arguments.
 

@@ -36,8 +36,11 @@ modelPrefix: {{ printf "%s/%s/" $v.modelId $v.revision }}
 {{- $layout = printf "tp%d-cp%d-vtp%d%s-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.contextParallelSize) (int $v.visionTensorParallelSize) (ternary "-sharded" "" $v.saveShardedCheckpoint) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
 {{- end }}
 layout: {{ $layout }}
+{{- /* The generation's own Neuron release (CDK passes the support matrix's), else the chart default. */}}
+{{- $release := default .root.Values.neuron.sdkVersion $v.neuronRelease }}
+neuronRelease: {{ $release | quote }}
 {{- /* The same key layout as gennstack/storage_layout.py compile_cache_prefix(). */}}
-compilePrefix: {{ printf "neuron-%s/%s/%s/%s/" .root.Values.neuron.sdkVersion $v.modelId $v.revision $layout }}
+compilePrefix: {{ printf "neuron-%s/%s/%s/%s/" $release $v.modelId $v.revision $layout }}
 {{- end }}
 {{- end }}
 
@@ -58,13 +61,24 @@ app.kubernetes.io/component: {{ .role }}
 {{- required "buckets.compileCache is required while inf2 or trn2 is enabled: the Neuron compile-cache bucket's name" .Values.buckets.compileCache }}
 {{- end }}
 
-{{/* Pins a pod to a generation's nodes: node label, taint toleration. On-demand only with onDemand. */}}
+{{/*
+Pins a pod to a generation's nodes: node label, taint toleration. With onDemand, never spot: an
+on-demand node or one of the generation's capacity reservations (Karpenter 1.14.1 labels those
+`karpenter.sh/capacity-type: reserved`, pkg/apis/v1/labels.go CapacityTypeReserved).
+*/}}
 {{- define "gennstack-serving.placement" -}}
 nodeSelector:
   gennstack.io/generation: {{ .gen.name }}
-  {{- if .onDemand }}
-  karpenter.sh/capacity-type: on-demand
-  {{- end }}
+{{- if .onDemand }}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - key: karpenter.sh/capacity-type
+              operator: In
+              values: ["on-demand", "reserved"]
+{{- end }}
 tolerations:
   - key: {{ .gen.taint }}
     operator: Equal
@@ -175,7 +189,12 @@ use the same list, so compiled artifacts always match what serving loads.
 {{- $v := index .root.Values .gen.name -}}
 {{- $args := list "--served-model-name" $v.servedModelName "--max-model-len" (toString (int $v.maxModelLen)) "--max-num-seqs" (toString (int $v.maxNumSeqs)) -}}
 {{- if .gen.neuron }}
-{{- /* vllm-neuron wants the KV block count spelled out: ceil(max_model_len / block_size) x max_num_seqs. */}}
+{{- /* The KV block count spelled out, ceil(max_model_len / block_size) x max_num_seqs: vllm-neuron builds
+NxD Inference's pa_num_blocks from it (and adds one null block), and without it vLLM would size the KV
+cache from the NeuronWorker's determine_available_memory, the runtime's free bytes (or a 20 GB guess),
+not the cache the compiled model holds (vllm-project/vllm-neuron main a5ef7c8, vllm_neuron/platform.py
+and worker/neuronx_distributed_model_loader.py). With prefix caching off the plugin sets block_size to
+max_model_len, so vLLM's scheduler sees more blocks than sequences; max_num_seqs is what limits a batch. */}}
 {{- $blocks := mul (div (add (int $v.maxModelLen) 31) 32) (int $v.maxNumSeqs) }}
 {{- $args = concat (list "--model" (include "gennstack-serving.modelDir" .)) $args (list "--tensor-parallel-size" (toString (int $v.tensorParallelSize)) "--block-size" "32" "--num-gpu-blocks-override" (toString $blocks) "--no-enable-prefix-caching") }}
 {{- if eq .gen.name "trn2" }}
@@ -331,7 +350,7 @@ accelerators.
 
 {{/*
 Whether a generation's server drains in-flight requests after SIGTERM: vLLM 0.29.0 (g6e) does, for
---shutdown-timeout seconds; the Neuron DLC's vLLM 0.16.0 (trn2, and inf2's vLLM under Ray) has no
+--shutdown-timeout seconds; the Neuron 2.28.0 DLC's vLLM 0.13.0 (trn2, and inf2's vLLM under Ray) has no
 such flag and aborts them on SIGTERM.
 */}}
 {{- define "gennstack-serving.drainsOnSigterm" -}}{{ eq .gen.name "g6e" }}{{- end }}

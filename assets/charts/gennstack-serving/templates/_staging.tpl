@@ -88,7 +88,7 @@ spec:
   restartPolicy: Never
   serviceAccountName: {{ $root.Values.serviceAccounts.staging.name }}
   priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
-  # On-demand only: a spot reclaim mid-compile must not leave a half-written artifact set.
+  # Never spot (on-demand or reserved): a spot reclaim mid-compile must not leave a half-written artifact set.
   {{- include "gennstack-serving.placement" (dict "gen" $gen "onDemand" true) | nindent 2 }}
   initContainers:
     {{- include "gennstack-serving.syncContainer" (dict "root" $root "gen" $gen "mode" "compile") | nindent 4 }}
