@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gennstack.deploy_warnings import config_warnings
+from gennstack.gateway.config import alias_backends
 from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
 from gennstack.observability.summary import monitoring_lines
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
@@ -142,7 +143,8 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         lines.append(f"  Gateway ({scheme} NLB): models {', '.join(models)}")
         lines.extend(gateway_tls_lines(gateway, config.get("region")))
         for alias, targets in sorted(gateway.get("aliases", {}).items()):
-            split = ", ".join(f"{t['model']} w{t['weight']} p{t['priority']}" for t in targets)
+            routed = alias_backends([(t["model"], t["weight"], t["priority"]) for t in targets], set(models))
+            split = ", ".join(f"{b.backend} w{b.weight} p{b.priority}" for b in routed) or "dropped (no enabled target)"
             lines.append(f"    alias {alias}: {split}")
     lines.extend(monitoring_lines(template, config, {
         c["Properties"]["Chart"]: c["Properties"].get("Version", "") for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")

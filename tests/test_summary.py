@@ -94,6 +94,8 @@ def test_synth_warns_when_nobody_can_reach_the_cluster(synth: Synth, synth_varia
 def test_summary_of_variant(synth_variant: Synth) -> None:
     text = summarize(synth_variant.outdir)
     assert "2 AZs" in text and "2 NAT gateway(s)" in text and "flow logs: REJECT" in text
+    # trn2 is disabled: its model leaves the alias as the gateway routes it (gateway.config.routing_table)
+    assert "    alias gennstack-default: gpt-oss-20b w80 p0, llama-3-70b-instruct w1 p1" in text.splitlines()
     assert "eks-auth" in text and "ssm" in text
     assert "on stack delete: Delete" in text
     assert "Generation trn2: disabled" in text

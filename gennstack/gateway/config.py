@@ -467,9 +467,13 @@ def routing_table(gateway: GatewayConfig, enabled_generations: set[str] | frozen
         chain = [(model, 1, 0)] + [(other, 1, i + 1) for i, other in enumerate(gateway.fallbacks.get(model, ())) if other in live]
         routes.append(Route(model=model, backends=_compact(chain)))
     for alias, targets in gateway.aliases.items():
-        kept = [(t.model, t.weight, t.priority) for t in targets if t.model in live]
-        # a priority level whose weights are all 0 would serve nothing
-        kept = [k for k in kept if k[1] > 0]
-        if kept:
-            routes.append(Route(model=alias, backends=_compact(kept)))
+        if kept := alias_backends([(t.model, t.weight, t.priority) for t in targets], set(live)):
+            routes.append(Route(model=alias, backends=kept))
     return RoutingTable(routes=tuple(routes), backends=live)
+
+
+def alias_backends(targets: list[tuple[str, int, int]], live: set[str]) -> tuple[RouteBackend, ...]:
+    """An alias's (model, weight, priority) targets as routed: only models in ``live`` (those of enabled
+    generations), none of weight 0 (a priority level whose weights are all 0 would serve nothing),
+    priorities renumbered from 0. Empty: the alias is dropped. ``gennstack summary`` prints these."""
+    return _compact([target for target in targets if target[0] in live and target[1] > 0])
