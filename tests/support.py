@@ -89,7 +89,10 @@ VARIANT = {
     "drills": {"enabled": True, "max_nodes": 3, "minutes_before_interruption": 2},
     "serving": {"inf2": {"image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/inf2-ray-serve:1"}},
     "monitoring": {"placement": "system", "managed_prometheus": {"enabled": True},
-                   "hourly_prices": {"g6e.2xlarge": {"on-demand": 2.24, "spot": 0.9}}},
+                   "hourly_prices": {"g6e.2xlarge": {"on-demand": 2.24, "spot": 0.9}},
+                   "receivers": [{"name": "ops-topic", "type": "sns",
+                                  "topic_arn": "arn:aws:sns:us-east-1:123456789012:gennstack-alerts"},
+                                 {"name": "oncall", "type": "pagerduty", "secret_name": "gennstack/alerting/pagerduty"}]},
 }
 
 

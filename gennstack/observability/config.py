@@ -15,11 +15,19 @@ from pydantic import Field, field_validator, model_validator
 
 from gennstack.config_base import FieldError, StrictModel
 
-__all__ = ["AlertsConfig", "ManagedPrometheusConfig", "MonitoringConfig"]
+__all__ = ["AlertsConfig", "ManagedPrometheusConfig", "MonitoringConfig", "ReceiverConfig"]
 
 _INSTANCE_TYPE_RE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 _AMP_WORKSPACE_ARN_RE = re.compile(r"^arn:aws[a-z-]*:aps:[a-z0-9-]+:\d{12}:workspace/ws-[0-9a-f-]{1,64}$")
-CAPACITY_TYPES = ("on-demand", "spot")
+CAPACITY_TYPES = ("on-demand", "spot", "reserved")
+_SNS_TOPIC_ARN_RE = re.compile(r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:[A-Za-z0-9_-]{1,256}$")
+# A Secrets Manager secret name: letters, digits and /_+=.@- (the service's own rule), at most 512.
+_SECRET_NAME_RE = re.compile(r"^[A-Za-z0-9/_+=.@-]{1,512}$")
+_RECEIVER_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+RECEIVER_TYPES = ("sns", "webhook", "slack", "pagerduty")
+SEVERITIES = ("critical", "warning")
+# The JSON key each receiver type reads from its Secrets Manager secret.
+SECRET_KEYS = {"webhook": "token", "slack": "api_url", "pagerduty": "routing_key"}
 
 
 class AlertsConfig(StrictModel):
@@ -57,6 +65,77 @@ class ManagedPrometheusConfig(StrictModel):
         return self
 
 
+class ReceiverConfig(StrictModel):
+    """Where Alertmanager sends the alerts of the listed severities (gennstack.observability.alertmanager).
+
+    sns: ``topic_arn`` (Alertmanager publishes with SigV4, as a Pod Identity role that may only
+    sns:Publish to that topic). webhook, slack, pagerduty: ``secret_name``, a Secrets Manager secret
+    (JSON) that External Secrets copies into the cluster; it never appears in cdk.json or
+    CloudFormation. Its key: ``token`` (webhook: sent as ``Authorization: Bearer``), ``api_url``
+    (slack: the incoming-webhook URL), ``routing_key`` (pagerduty: an Events API v2 integration key).
+    """
+
+    name: str
+    type: Literal["sns", "webhook", "slack", "pagerduty"]
+    # critical alerts page; warning alerts only go to receivers that list "warning".
+    severities: tuple[Literal["critical", "warning"], ...] = ("critical",)
+    topic_arn: str | None = None
+    secret_name: str | None = None
+    # webhook only: the endpoint Alertmanager POSTs to (the secret is the bearer token).
+    url: str | None = None
+    # slack only: the channel, when the incoming webhook is not bound to one.
+    channel: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _RECEIVER_NAME_RE.match(value):
+            raise ValueError("must be 1-40 lowercase letters, digits and '-', starting and ending with a letter or digit")
+        return value
+
+    @field_validator("severities")
+    @classmethod
+    def _severities(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError(f"must list each of {list(SEVERITIES)} at most once, and at least one")
+        return value
+
+    @field_validator("topic_arn")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        if value is not None and not _SNS_TOPIC_ARN_RE.match(value):
+            raise ValueError("must be an SNS topic ARN (arn:aws:sns:<region>:<account>:<topic>)")
+        return value
+
+    @field_validator("secret_name")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        if value is not None and not _SECRET_NAME_RE.match(value):
+            raise ValueError("must be a Secrets Manager secret name (letters, digits and /_+=.@-, at most 512)")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", value):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_of_the_type(self) -> ReceiverConfig:
+        needed = {"sns": {"topic_arn"}, "webhook": {"secret_name", "url"}, "slack": {"secret_name"},
+                  "pagerduty": {"secret_name"}}[self.type]
+        allowed = needed | ({"channel"} if self.type == "slack" else set())
+        for key in ("topic_arn", "secret_name", "url", "channel"):
+            value = getattr(self, key)
+            if key in needed and value is None:
+                raise FieldError(key, value, f"required for a receiver of type {self.type}")
+            if key not in allowed and value is not None:
+                raise FieldError(key, value, f"null for a receiver of type {self.type} "
+                                             f"(it takes {', '.join(sorted(allowed))})")
+        return self
+
+
 class MonitoringConfig(StrictModel):
     """kube-prometheus-stack's sizing, the alert thresholds and the cost dashboard's prices."""
 
@@ -74,8 +153,10 @@ class MonitoringConfig(StrictModel):
     managed_prometheus: ManagedPrometheusConfig = ManagedPrometheusConfig()
     # USD per node-hour by instance type and capacity type, for the cost dashboard:
     # {"g6e.2xlarge": {"on-demand": 2.24, "spot": 0.9}}. Nodes of types not listed cost 0 there.
-    hourly_prices: dict[str, dict[Literal["on-demand", "spot"], Annotated[float, Field(ge=0, le=10000)]]] = Field(
+    hourly_prices: dict[str, dict[Literal["on-demand", "spot", "reserved"], Annotated[float, Field(ge=0, le=10000)]]] = Field(
         default_factory=dict)
+    # Alertmanager's receivers (ReceiverConfig). None: every alert stays in Alertmanager's UI.
+    receivers: tuple[ReceiverConfig, ...] = ()
 
     @field_validator("hourly_prices")
     @classmethod
@@ -83,6 +164,15 @@ class MonitoringConfig(StrictModel):
         bad = sorted(name for name in value if not _INSTANCE_TYPE_RE.match(name))
         if bad:
             raise ValueError(f"keys must be EC2 instance types such as 'g6e.2xlarge'; got {bad}")
+        return value
+
+    @field_validator("receivers")
+    @classmethod
+    def _unique_receivers(cls, value: tuple[ReceiverConfig, ...]) -> tuple[ReceiverConfig, ...]:
+        names = [r.name for r in value]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"receiver names must be unique; repeated: {duplicates}")
         return value
 
     def retention_size_bytes(self) -> int:

@@ -240,11 +240,17 @@ def gateway_dashboard() -> dict[str, Any]:
     return _dashboard("gennstack-gateway", "GenNStack / gateway", panels)
 
 
+# The handler's CloudWatch metrics arrive through YACE in 5-minute buckets, one per refresh
+# (gennstack.observability.values.cloudwatch_exporter_config): each point is that bucket's total.
+YACE_BUCKET = ("Each point is the total of a 5-minute CloudWatch bucket that ended at least 2 minutes earlier "
+               "(YACE fetches one bucket per 5-minute refresh).")
+
+
 def spot_dashboard() -> dict[str, Any]:
     panels = [
-        _panel("Interruptions by signal (interruption handler)", "none", [
+        _panel("Interruptions by signal, per 5 minutes (interruption handler)", "none", [
             ("sum by (dimension_generation, dimension_signal) (aws_gennstack_interruptions_sum)",
-             "{{dimension_generation}} {{dimension_signal}}")]),
+             "{{dimension_generation}} {{dimension_signal}}")], description=YACE_BUCKET),
         _panel("Interruption messages by type (Karpenter)", "none", [
             (f"sum by (message_type) (increase(karpenter_interruption_received_messages_total[{RATE}]))", "{{message_type}}")]),
         _panel("Warm spares: running and target", "none", [
@@ -260,7 +266,7 @@ def spot_dashboard() -> dict[str, Any]:
         _panel("Warning to replacement ready", "ms", [
             ("max by (dimension_generation) (aws_gennstack_prewarm_latency_average)", "{{dimension_generation}} spare raised"),
         ], description="From the interruption warning to the warm spare's scale-up (the handler's PrewarmLatency)."),
-        _panel("Drain routing: serving pods drained, restored, kept", "none", [
+        _panel("Drain routing: serving pods drained, restored, kept (per 5 minutes)", "none", [
             ("sum by (dimension_generation) (aws_gennstack_drained_pods_sum)", "{{dimension_generation}} drained"),
             ("sum by (dimension_generation) (aws_gennstack_restored_pods_sum)", "{{dimension_generation}} restored"),
             ("max by (dimension_generation) (aws_gennstack_kept_pods_maximum)", "{{dimension_generation}} kept (last replicas)"),
@@ -271,9 +277,11 @@ def spot_dashboard() -> dict[str, Any]:
             ("max by (dimension_generation) (aws_gennstack_drain_latency_maximum)", "{{dimension_generation}}"),
         ], description="From the EC2 event's time to the last pod patched (the handler's DrainLatency); Envoy drops "
                        "the pods at the next DNS refresh after that."),
-        _panel("Pod startup p95 (Karpenter)", "s", [
-            (f"histogram_quantile(0.95, sum by (le) (rate(karpenter_pods_startup_duration_seconds_bucket[{RATE}])))", "p95")]),
-        _panel("Interruption handler errors and dead letters", "none", [
+        _panel("Pod startup p90 and p99 (Karpenter)", "s", [
+            # A Summary: its own p90 and p99 (client_golang's default 10-minute window), no buckets.
+            ('max(karpenter_pods_startup_duration_seconds{quantile="0.9"})', "p90"),
+            ('max(karpenter_pods_startup_duration_seconds{quantile="0.99"})', "p99")]),
+        _panel("Interruption handler errors (per 5 minutes) and dead letters", "none", [
             ("sum(aws_gennstack_errors_sum)", "handler errors"),
             ("max(aws_sqs_approximate_number_of_messages_visible_maximum)", "dead letters"),
         ]),

@@ -32,6 +32,13 @@ _AIGW = "internal/metrics/genai.go @ envoyproxy/ai-gateway v1.1.0"
 _ENVOY = "Envoy admin /stats/prometheus (Envoy Gateway v1.8.3 proxy): cluster and HTTP connection manager stats"
 # Karpenter's metrics: website/content/en/docs/reference/metrics.md at aws/karpenter-provider-aws v1.14.1.
 _KARPENTER = "website/content/en/docs/reference/metrics.md @ aws/karpenter-provider-aws v1.14.1"
+# karpenter_pods_startup_duration_seconds is a Summary in the Karpenter core v1.14.1 vendors
+# (sigs.k8s.io/karpenter v1.14.1-0.20260819221709-6e7eab7a0f48: pkg/controllers/metrics/pod/controller.go
+# PodStartupDurationSeconds = NewPrometheusSummary, Objectives metrics.SummaryObjectives() in
+# pkg/metrics/constants.go: quantiles 0, 0.5, 0.9, 0.99, 1). Its quantiles are series of the name
+# itself with a quantile label; there is no _bucket series to histogram_quantile over.
+_KARPENTER_SUMMARY = ("pkg/controllers/metrics/pod/controller.go @ kubernetes-sigs/karpenter "
+                      "6e7eab7a0f48 (vendored by aws/karpenter-provider-aws v1.14.1)")
 # kube-state-metrics v2.19.1 (kube-prometheus-stack 88.3.0's subchart 8.2.0): docs/metrics/workload/pod-metrics.md,
 # docs/metrics/workload/deployment-metrics.md, docs/metrics/cluster/node-metrics.md.
 _KSM = "docs/metrics/ @ kubernetes/kube-state-metrics v2.19.1"
@@ -52,6 +59,10 @@ _RAY = "python/ray/serve/_private/{request_ingress_metrics,replica,deployment_st
 # YACE v0.67.0 (chart prometheus-yet-another-cloudwatch-exporter 0.47.0): names from
 # pkg/promutil/migrate.go BuildMetricName: aws_<namespace>_<metric>_<statistic>, snake case.
 _YACE = "pkg/promutil/migrate.go BuildMetricName @ prometheus-community/yet-another-cloudwatch-exporter v0.67.0"
+
+# YACE's own request counters: CloudwatchAPICounter (yace_cloudwatch_requests_total, label api_name)
+# and CloudwatchAPIErrorCounter (yace_cloudwatch_request_errors, no _total) in pkg/promutil/prometheus.go.
+_YACE_SELF = "pkg/promutil/prometheus.go NewScrapeMetrics @ prometheus-community/yet-another-cloudwatch-exporter v0.67.0"
 
 METRICS: dict[str, str] = {
     # vLLM
@@ -85,7 +96,8 @@ METRICS: dict[str, str] = {
     "karpenter_nodes_terminated_total": _KARPENTER,
     "karpenter_nodeclaims_disrupted_total": _KARPENTER,
     "karpenter_interruption_received_messages_total": _KARPENTER,
-    "karpenter_pods_startup_duration_seconds_bucket": _KARPENTER,
+    # A Summary (quantiles 0, 0.5, 0.9, 0.99, 1; no _bucket series): _KARPENTER_SUMMARY.
+    "karpenter_pods_startup_duration_seconds": _KARPENTER_SUMMARY,
     # kube-state-metrics
     "kube_pod_status_ready": _KSM,
     "kube_pod_status_phase": _KSM,
@@ -116,6 +128,9 @@ METRICS: dict[str, str] = {
     "aws_gennstack_restored_pods_sum": _YACE,
     "aws_gennstack_kept_pods_maximum": _YACE,
     "aws_gennstack_drain_latency_maximum": _YACE,
+    # YACE's own counters (pkg/promutil/prometheus.go NewScrapeMetrics)
+    "yace_cloudwatch_requests_total": _YACE_SELF,
+    "yace_cloudwatch_request_errors": _YACE_SELF,
 }
 # Series GenNStack's own recording rules write (gennstack.observability.rules).
 RECORDED = {"gennstack:node_hourly_price_usd"}

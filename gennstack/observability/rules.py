@@ -132,6 +132,37 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
             },
         },
         {
+            # YACE v0.67.0 runs the dead-letter depth as a static job, one GetMetricStatistics call per
+            # refresh (pkg/job/static.go), and drops the metric without a trace when the call fails
+            # (pkg/clients/cloudwatch/client.go GetMetricStatistics returns nil). The depth itself
+            # cannot be the guard: SQS publishes a queue's metrics only while it is active, up to six
+            # hours after its last API call, so an idle, empty dead-letter queue has no series at all.
+            # The exporter's own count of that call is there on every refresh (its counter carries
+            # api_name only once called): absent, YACE is down, unscraped or not running the job.
+            "alert": "GenNStackCloudWatchExporterAbsent",
+            "expr": 'absent(yace_cloudwatch_requests_total{api_name="GetMetricStatistics"})',
+            "for": "15m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "The CloudWatch exporter (YACE) reports no CloudWatch requests",
+                "description": "YACE is not running, not scraped, or not querying CloudWatch: the dead-letter alert and "
+                               "the spot dashboard's handler panels are blind. Check the exporter's pod and logs.",
+            },
+        },
+        {
+            # An AccessDenied (or throttling) answer counts here (yace_cloudwatch_request_errors,
+            # pkg/promutil/prometheus.go) and nowhere else: the series it was for just never appears.
+            "alert": "GenNStackCloudWatchExporterErrors",
+            "expr": "sum(increase(yace_cloudwatch_request_errors[15m])) > 0",
+            "for": "15m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "CloudWatch refuses the exporter's requests",
+                "description": "YACE's CloudWatch calls fail ({{ $value }} in 15 minutes): the series they fetch are "
+                               "missing, the dead-letter alert among them. Its logs name the API and the error.",
+            },
+        },
+        {
             "alert": "GenNStackInterruptionDeadLetters",
             "expr": "max(aws_sqs_approximate_number_of_messages_visible_maximum) > 0",
             "for": "1m",
@@ -164,7 +195,9 @@ def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_nam
                                                                serving_namespace=serving_namespace)}]
     prices = price_rules(config)
     if prices:
-        groups.append({"name": "gennstack.prices", "interval": "5m", "rules": prices})
+        # Evaluated every minute: an interval as long as the 5-minute lookback would leave the
+        # cost dashboard's series stale (gaps) between evaluations.
+        groups.append({"name": "gennstack.prices", "interval": "1m", "rules": prices})
     return groups
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from gennstack.observability import names
+from gennstack.observability import alertmanager, names
 from gennstack.observability.config import MonitoringConfig
 
 # The StorageClass the EBS CSI driver chart creates and every monitoring volume claims.
@@ -24,9 +24,28 @@ PVC_RETENTION = {"whenDeleted": "Delete", "whenScaled": "Retain"}
 EBS_CSI_NAMESPACE = "kube-system"
 EBS_CSI_CONTROLLER_SERVICE_ACCOUNT = "ebs-csi-controller-sa"
 YACE_SERVICE_ACCOUNT = "gennstack-cloudwatch-exporter"
+# The IAM actions YACE v0.67.0 needs for static and custom-namespace jobs (README.md lists
+# tag:GetResources too, for discovery jobs, which GenNStack does not run).
+YACE_ACTIONS = ("cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics")
 # kube-prometheus-stack names Prometheus' ServiceAccount "<fullname>-prometheus"
 # (templates/_helpers.tpl, kube-prometheus-stack.prometheus.serviceAccountName).
 PROMETHEUS_SERVICE_ACCOUNT = f"{names.KPS_FULLNAME}-prometheus"
+# ... and Alertmanager's "<fullname>-alertmanager" (kube-prometheus-stack.alertmanager.serviceAccountName):
+# the SNS receiver's Pod Identity role is associated with it.
+ALERTMANAGER_SERVICE_ACCOUNT = f"{names.KPS_FULLNAME}-alertmanager"
+# Karpenter v1.14.1 never voluntarily disrupts (consolidates, drifts) a node running a pod with this
+# annotation (karpenter.sh/do-not-disrupt, the core's v1.DoNotDisruptAnnotationKey): Prometheus and
+# Alertmanager stay put instead of moving whenever the general pool consolidates (each move is a
+# gap in the metrics KEDA scales on, and restarts every alert's `for` timer).
+DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+# YACE fetches every CloudWatch metric once per refresh (--scraping-interval, 300 s by default,
+# cmd/yace/main.go at v0.67.0) and exports only the newest datapoint of each query
+# (pkg/clients/cloudwatch/client.go toMetricDataResult, pkg/promutil/migrate.go). The handler's
+# metrics are therefore asked for in one bucket as long as the refresh (period = length = refresh):
+# each exported Sum counts every event of its 5 minutes, once. DELAY: the bucket asked for ended
+# at least this long ago, so CloudWatch has ingested the handler's last datapoints of it.
+YACE_REFRESH_SECONDS = 300
+YACE_DELAY_SECONDS = 120
 # Grafana's Service and admin Secret (grafana chart templates/_helpers.tpl grafana.fullname).
 GRAFANA_FULLNAME = f"{names.KPS_FULLNAME}-grafana"
 # Grafana's dashboard sidecar picks up ConfigMaps with this label (kube-prometheus-stack values.yaml,
@@ -76,6 +95,7 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
     where = placement(config, system_node_selector=system_node_selector, system_tolerations=system_tolerations)
     prometheus_spec: dict[str, Any] = {
         **where,
+        "podMetadata": {"annotations": dict(DO_NOT_DISRUPT)},
         "retention": f"{config.retention_days}d",
         "retentionSize": f"{config.retention_size_bytes()}B",
         "storageSpec": {"volumeClaimTemplate": _claim(config.prometheus_storage_gib)},
@@ -96,11 +116,19 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
         **{component: {"enabled": False} for component in ("kubeEtcd", "kubeScheduler", "kubeControllerManager")},
         "defaultRules": {"rules": {rule: False for rule in (
             "etcd", "kubeControllerManager", "kubeSchedulerAlerting", "kubeSchedulerRecording")}},
-        "alertmanager": {"alertmanagerSpec": {
-            **where,
-            "storage": {"volumeClaimTemplate": _claim(config.alertmanager_storage_gib)},
-            "persistentVolumeClaimRetentionPolicy": PVC_RETENTION,
-        }},
+        "alertmanager": {
+            # The whole configuration (gennstack.observability.alertmanager): receivers from
+            # monitoring.receivers, routed by severity.
+            "config": alertmanager.alertmanager_config(config),
+            "alertmanagerSpec": {
+                **where,
+                "podMetadata": {"annotations": dict(DO_NOT_DISRUPT)},
+                "storage": {"volumeClaimTemplate": _claim(config.alertmanager_storage_gib)},
+                "persistentVolumeClaimRetentionPolicy": PVC_RETENTION,
+                # Each receiver's Secret (External Secrets), mounted at /etc/alertmanager/secrets/<name>/.
+                "secrets": [alertmanager.secret_name(r) for r in alertmanager.secret_receivers(config)],
+            },
+        },
         "grafana": {
             **where,
             # The subchart names itself after the release otherwise ("kube-prometheus-stack-grafana").
@@ -166,7 +194,9 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
     WarmSpareReplicas, Errors and, for drain routing, DrainedPods, RestoredPods, KeptPods and
     DrainLatency in ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
     """
-    period = {"period": 60, "length": 300}
+    # The dead-letter depth is a gauge: the newest minute's maximum is what the alert wants.
+    depth_window = {"period": 60, "length": 300}
+    period = {"period": YACE_REFRESH_SECONDS, "length": YACE_REFRESH_SECONDS, "delay": YACE_DELAY_SECONDS}
     return {
         "apiVersion": "v1alpha1",
         "sts-region": region,
@@ -175,7 +205,7 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
             "namespace": "AWS/SQS",
             "regions": [region],
             "dimensions": [{"name": "QueueName", "value": dead_letter_queue_name}],
-            "metrics": [{"name": "ApproximateNumberOfMessagesVisible", "statistics": ["Maximum"], **period}],
+            "metrics": [{"name": "ApproximateNumberOfMessagesVisible", "statistics": ["Maximum"], **depth_window}],
         }],
         "customNamespace": [{
             "name": "interruption-handler",
@@ -206,5 +236,7 @@ def cloudwatch_exporter_values(config: MonitoringConfig, *, exporter_config: dic
         **where,
         "serviceAccount": {"create": True, "name": YACE_SERVICE_ACCOUNT},
         "serviceMonitor": {"enabled": True, "labels": dict(names.MONITORING_LABEL), "interval": "60s"},
+        # The refresh the handler's query windows are as long as (cloudwatch_exporter_config).
+        "extraArgs": {"scraping-interval": YACE_REFRESH_SECONDS},
         "config": yaml.safe_dump(exporter_config, sort_keys=False),
     }

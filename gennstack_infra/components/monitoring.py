@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import Acknowledgment, ArnFormat, Duration, Stack, Validations
 from aws_cdk import aws_aps as aps
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -13,7 +13,7 @@ from gennstack_infra.components.cluster import pinned_chart
 from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack import versions
 from gennstack.config import GenNStackConfig
-from gennstack.observability import manifests, names, rules
+from gennstack.observability import alertmanager, manifests, names, rules
 from gennstack.observability import values as monitoring_values
 
 
@@ -34,7 +34,12 @@ class Monitoring(Construct):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, config: GenNStackConfig,
-                 dead_letter_queue: sqs.IQueue, metrics_namespace: str) -> None:
+                 dead_letter_queue: sqs.IQueue, metrics_namespace: str,
+                 secrets_reader: iam.IRole | None = None, secrets_controller: Construct | None = None) -> None:
+        """``secrets_reader``: the External Secrets controller's role (the gateway installs it), granted
+        read access to the receivers' Secrets Manager secrets; ``secrets_controller``: its chart, which
+        the receivers' SecretStore and ExternalSecrets wait for (its CRDs). Both are needed only when
+        a webhook, Slack or PagerDuty receiver is configured."""
         super().__init__(scope, construct_id)
         monitoring = config.monitoring
         generations = list(config.generations.enabled())
@@ -69,12 +74,17 @@ class Monitoring(Construct):
         exporter_role = self._pod_role(cluster, "CloudWatchExporter", names.MONITORING_NAMESPACE,
                                        monitoring_values.YACE_SERVICE_ACCOUNT,
                                        "YACE: read the interruption handler's CloudWatch metrics")
-        exporter_role.add_to_principal_policy(
-            iam.PolicyStatement(actions=["cloudwatch:GetMetricData", "cloudwatch:ListMetrics"], resources=["*"]))
+        # YACE v0.67.0's minimum for static and custom-namespace jobs (README.md, "Authentication"):
+        # the dead-letter depth is a static job, fetched with GetMetricStatistics (pkg/job/static.go);
+        # the handler's namespace is listed with ListMetrics and fetched with GetMetricData. No
+        # discovery job runs, so tag:GetResources is not needed.
+        exporter_role.add_to_principal_policy(iam.PolicyStatement(
+            actions=list(monitoring_values.YACE_ACTIONS), resources=["*"]))
         Validations.of(exporter_role.node.find_child("DefaultPolicy")).acknowledge(Acknowledgment(
             id="AwsSolutions-IAM5[Resource::*]",
-            reason="CloudWatch's GetMetricData and ListMetrics support no resource-level permissions; the role is "
-                   "read-only and assumable only by the exporter's ServiceAccount through Pod Identity.",
+            reason="CloudWatch's GetMetricData, GetMetricStatistics and ListMetrics support no resource-level "
+                   "permissions; the role is read-only and assumable only by the exporter's ServiceAccount "
+                   "through Pod Identity.",
         ))
         exporter_config = monitoring_values.cloudwatch_exporter_config(
             region=region, dead_letter_queue_name=dead_letter_queue.queue_name, metrics_namespace=metrics_namespace)
@@ -100,6 +110,37 @@ class Monitoring(Construct):
         self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps())
         for manifest in (self.scrape_targets, self.rules, self.dashboards):
             manifest.node.add_dependency(kps)
+        self._receivers(cluster, monitoring, region=region, kps=kps, secrets_reader=secrets_reader,
+                        secrets_controller=secrets_controller)
+
+    def _receivers(self, cluster: eks.Cluster, monitoring, *, region: str, kps: eks.HelmChart,
+                   secrets_reader: iam.IRole | None, secrets_controller: Construct | None) -> None:
+        """Alertmanager's way out: SNS through a Pod Identity role, the other receivers' secrets through External Secrets."""
+        topics = alertmanager.sns_topics(monitoring)
+        if topics:
+            role = self._pod_role(cluster, "AlertmanagerSns", names.MONITORING_NAMESPACE,
+                                  monitoring_values.ALERTMANAGER_SERVICE_ACCOUNT,
+                                  "Alertmanager: publish alerts to the configured SNS topics")
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=topics))
+            kps.node.add_dependency(self.associations[-1])
+        with_secrets = alertmanager.secret_receivers(monitoring)
+        self.receiver_secrets: eks.KubernetesManifest | None = None
+        if not with_secrets:
+            return
+        if secrets_reader is None or secrets_controller is None:
+            raise ValueError("monitoring.receivers: webhook, slack and pagerduty receivers need External Secrets "
+                             "(the gateway installs it); pass secrets_reader and secrets_controller")
+        stack = Stack.of(self)
+        secrets_reader.add_to_principal_policy(iam.PolicyStatement(
+            actions=["secretsmanager:GetSecretValue"],
+            # Secrets Manager appends six random characters to a secret's name in its ARN.
+            resources=[stack.format_arn(service="secretsmanager", resource="secret",
+                                        resource_name=f"{r.secret_name}-??????",
+                                        arn_format=ArnFormat.COLON_RESOURCE_NAME) for r in with_secrets],
+        ))
+        self.receiver_secrets = cluster.add_manifest(
+            "AlertReceiverSecrets", alertmanager.secret_store(region=region), *alertmanager.external_secrets(monitoring))
+        self.receiver_secrets.node.add_dependency(kps, secrets_controller)
 
     def _managed_prometheus(self, cluster: eks.Cluster, config: GenNStackConfig) -> tuple[str | None, str | None]:
         """The workspace's ARN and remote-write URL (None, None when remote write is off)."""

@@ -106,6 +106,9 @@ class GenNStack(Stack):
             self, "Monitoring", cluster=self.cluster.cluster, config=config,
             dead_letter_queue=self.interruption_handler.dead_letter_queue,
             metrics_namespace=INTERRUPTION_METRICS_NAMESPACE,
+            # Alert receivers' secrets come through the External Secrets controller the gateway installs.
+            secrets_reader=self.gateway.external_secrets_service_account.role,
+            secrets_controller=self.gateway.charts["external-secrets"],
         )
         # kube-prometheus-stack (and the exporters and objects that follow it) runs on Karpenter's
         # general pool by default: created after the NodePools, deleted before them. The EBS CSI driver

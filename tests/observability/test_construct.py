@@ -8,7 +8,7 @@ from typing import Any
 from gennstack import versions
 from gennstack.observability import names
 from gennstack.observability import values as monitoring_values
-from tests.support import Synth, depends_on
+from tests.support import VARIANT, Synth, depends_on
 
 
 def _charts(synth: Synth) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -73,7 +73,10 @@ def test_pod_identity_for_the_ebs_driver_and_the_cloudwatch_exporter(synth: Synt
     assert ("kube-system", monitoring_values.EBS_CSI_CONTROLLER_SERVICE_ACCOUNT) in associations
     exporter = associations[(names.MONITORING_NAMESPACE, monitoring_values.YACE_SERVICE_ACCOUNT)]
     (statement,) = _role_statements(synth, exporter["RoleArn"])
-    assert sorted(statement["Action"]) == ["cloudwatch:GetMetricData", "cloudwatch:ListMetrics"]
+    # YACE v0.67.0 README.md: the minimum for static jobs (GetMetricStatistics, pkg/job/static.go)
+    # and custom-namespace jobs (ListMetrics, GetMetricData); tag:GetResources is for discovery jobs only.
+    assert sorted(statement["Action"]) == ["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics",
+                                           "cloudwatch:ListMetrics"]
     # Remote write is off by default: Prometheus has no role.
     assert (names.MONITORING_NAMESPACE, monitoring_values.PROMETHEUS_SERVICE_ACCOUNT) not in associations
     assert not synth.resources("AWS::APS::Workspace")
@@ -94,3 +97,20 @@ def test_cloudwatch_namespace_is_the_handlers(synth: Synth) -> None:
     (function,) = [f["Properties"] for k, f in synth.resources("AWS::Lambda::Function").items()
                    if k.startswith("InterruptionHandlerFunction")]
     assert function["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == names.INTERRUPTION_METRICS_NAMESPACE
+
+
+def test_receivers_sns_role_may_only_publish_to_its_topic_and_secrets_come_through_external_secrets(
+        synth_variant: Synth) -> None:
+    association = _associations(synth_variant)[(names.MONITORING_NAMESPACE, monitoring_values.ALERTMANAGER_SERVICE_ACCOUNT)]
+    (statement,) = _role_statements(synth_variant, association["RoleArn"])
+    assert statement["Action"] == "sns:Publish"
+    assert statement["Resource"] == VARIANT["monitoring"]["receivers"][0]["topic_arn"]
+    (logical_id,) = _manifest_ids(synth_variant, "EksClustermanifestAlertReceiverSecrets")
+    objects = json.loads(synth_variant.template["Resources"][logical_id]["Properties"]["Manifest"])
+    assert [(o["kind"], o["metadata"]["namespace"]) for o in objects] == [
+        ("SecretStore", names.MONITORING_NAMESPACE), ("ExternalSecret", names.MONITORING_NAMESPACE)]
+    readers = [s for p in synth_variant.resources("AWS::IAM::Policy").values()
+               for s in p["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "secretsmanager:GetSecretValue"]
+    assert any("gennstack/alerting/pagerduty-??????" in json.dumps(s["Resource"]) for s in readers)
+    charts = _charts(synth_variant)
+    assert depends_on(synth_variant.template, logical_id, charts[versions.EXTERNAL_SECRETS.name][0])

@@ -24,7 +24,7 @@ def test_default_stack(synth: Synth) -> None:
     assert alerts == (
         "    Alerts: GenNStackNoReadyReplica x3, GenNStackTimeToFirstTokenOverSLO, GenNStackHighErrorRate, "
         "GenNStackKVCacheFull, GenNStackAcceleratorPodPending, GenNStackGatewayCertificateExpiring, "
-        "GenNStackInterruptionDeadLetters")
+        "GenNStackCloudWatchExporterAbsent, GenNStackCloudWatchExporterErrors, GenNStackInterruptionDeadLetters")
     assert thresholds == ("    Alert thresholds: TTFT p95 > 2.0 s for 10 min, errors > 5 %, KV cache >= 98 %, "
                           "accelerator pods Pending > 15 min")
 

@@ -39,7 +39,10 @@ SYSTEM = {"system_node_selector": {"gennstack.io/pool": "system"},
           "system_tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"}]}
 # Objects the charts pass through whole (Kubernetes or CRD types): their inner keys are not chart keys.
 OPAQUE = {"nodeSelector", "tolerations", "affinity", "resources", "volumeClaimTemplate", "remoteWrite",
-          "storageClasses", "additionalLabels", "labels", "metricLabelsAllowlist"}
+          "storageClasses", "additionalLabels", "labels", "metricLabelsAllowlist",
+          # alertmanager.config is Alertmanager's own file (amtool checks it: test_alertmanager.py);
+          # podMetadata.annotations is an EmbeddedObjectMetadata map (crd-alertmanagers.yaml, crd-prometheuses.yaml).
+          "config", "annotations"}
 
 VERIFIED = {
     "kube-prometheus-stack": {
@@ -51,6 +54,10 @@ VERIFIED = {
         "alertmanager.alertmanagerSpec.storage.volumeClaimTemplate",
         "alertmanager.alertmanagerSpec.persistentVolumeClaimRetentionPolicy.whenDeleted",
         "alertmanager.alertmanagerSpec.persistentVolumeClaimRetentionPolicy.whenScaled",
+        # values.yaml alertmanager.config (rendered whole into the Alertmanager's config Secret),
+        # alertmanagerSpec.secrets and .podMetadata (passed to spec.secrets / spec.podMetadata).
+        "alertmanager.config", "alertmanager.alertmanagerSpec.secrets",
+        "alertmanager.alertmanagerSpec.podMetadata.annotations", "prometheus.prometheusSpec.podMetadata.annotations",
         "grafana.nodeSelector", "grafana.tolerations", "grafana.fullnameOverride",
         "grafana.persistence.enabled", "grafana.persistence.type", "grafana.persistence.storageClassName",
         "grafana.persistence.accessModes", "grafana.persistence.size", "grafana.deploymentStrategy.type",
@@ -73,7 +80,9 @@ VERIFIED = {
     "aws-ebs-csi-driver": {"controller.nodeSelector", "controller.tolerations", "controller.serviceAccount.create",
                            "controller.serviceAccount.name", "storageClasses"},
     "cloudwatch-exporter": {"nodeSelector", "tolerations", "serviceAccount.create", "serviceAccount.name",
-                            "serviceMonitor.enabled", "serviceMonitor.labels", "serviceMonitor.interval", "config"},
+                            "serviceMonitor.enabled", "serviceMonitor.labels", "serviceMonitor.interval", "config",
+                            # templates/deployment.yaml: each extraArgs entry becomes --<key>=<value>.
+                            "extraArgs.scraping-interval"},
 }
 
 
