@@ -158,9 +158,11 @@ def vllm_args(objects: dict, name: str) -> list[str]:
 
 @pytest.mark.parametrize("grace, pre_stop", [(100, 15), (60, 20), (115, 0)])
 def test_each_server_drains_inside_its_grace_period(grace, pre_stop) -> None:
-    """g6e's vLLM 0.29.0 drains on SIGTERM for --shutdown-timeout seconds; trn2's and inf2's vLLM
-    0.16.0 cannot, so their preStop keeps them serving in-flight requests for the grace period less
-    10 s. Either way the pod is gone before SIGKILL, and the grace period is under 120 s."""
+    """g6e's vLLM 0.29.0 drains on SIGTERM for --shutdown-timeout seconds; trn2's vLLM 0.13.0
+    cannot, so its preStop keeps it serving in-flight requests for the grace period less 10 s.
+    inf2's preStop drains its Ray node (files/ray_drain.py, tests/serving/test_ray_drain.py) with
+    the deadline Serve's graceful stop takes, and waits at most the grace period less 10 s. Either
+    way the pod is gone before SIGKILL, and the grace period is under 120 s."""
     values = merged(REQUIRED, {"spot": {"terminationGracePeriodSeconds": grace, "preStopSleepSeconds": pre_stop}})
     objects = named(helm.render(CHART, values, namespace=NAMESPACE))
     g6e = objects[("Deployment", "gen3-g6e")]["spec"]["template"]["spec"]
@@ -169,10 +171,18 @@ def test_each_server_drains_inside_its_grace_period(grace, pre_stop) -> None:
     assert g6e["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"] == pre_stop
     assert pre_stop + timeout + 10 == g6e["terminationGracePeriodSeconds"] == grace < 120
     trn2 = objects[("Deployment", "gen2-trn2")]["spec"]["template"]["spec"]
-    inf2 = objects[("RayService", "gen1-inf2")]["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
-    for spec in (trn2, inf2):
-        assert spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"] == grace - 10
-        assert spec["terminationGracePeriodSeconds"] == grace
+    assert trn2["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"] == grace - 10
+    assert trn2["terminationGracePeriodSeconds"] == grace
+    service = objects[("RayService", "gen1-inf2")]["spec"]
+    inf2 = service["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker = inf2["containers"][0]
+    assert worker["lifecycle"]["preStop"] == {"exec": {"command": ["python3", "/scripts/ray_drain.py"]}}
+    deployment = yaml.safe_load(service["serveConfigV2"])["applications"][0]["deployments"][0]
+    # The drain's deadline is Serve's graceful stop: Serve stops the replica at once
+    # (deadline - graceful_shutdown_timeout_s is now), and it has that long to finish its requests.
+    assert int(env(worker)["GENNSTACK_DRAIN_DEADLINE_S"]) == deployment["graceful_shutdown_timeout_s"] == grace - pre_stop
+    assert int(env(worker)["GENNSTACK_DRAIN_WAIT_S"]) == grace - 10
+    assert inf2["terminationGracePeriodSeconds"] == grace
 
 
 def test_a_grace_period_too_short_to_drain_fails_with_the_key() -> None:
@@ -293,6 +303,7 @@ def checksums(chart: Path) -> dict[str, str | None]:
 
 @pytest.mark.parametrize("script, restarted", [
     ("gennstack_serve.py", {"gen1-inf2/head", "gen1-inf2/workers"}),
+    ("ray_drain.py", {"gen1-inf2/workers"}),
     ("vllm_serve.py", {"gen1-inf2/head", "gen1-inf2/workers", "gen2-trn2", "gen3-g6e"}),
     # Neuron pods sync weights and compiled artifacts; g6e syncs its tiktoken encodings.
     ("s3sync.py", {"gen1-inf2/workers", "gen2-trn2", "gen3-g6e", "gen1-inf2-warm-spare", "gen2-trn2-warm-spare"}),

@@ -365,7 +365,11 @@ def test_serving_pods_behave_well_on_spot(rendered_all, generation) -> None:
     if generation != "inf2":
         assert main["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     grace = spec["terminationGracePeriodSeconds"]
-    pre_stop = main["lifecycle"]["preStop"]["sleep"]["seconds"]
+    if generation == "inf2":  # Ray's drain, waiting at most GENNSTACK_DRAIN_WAIT_S
+        assert main["lifecycle"]["preStop"]["exec"]["command"] == ["python3", "/scripts/ray_drain.py"]
+        pre_stop = int(env(main)["GENNSTACK_DRAIN_WAIT_S"])
+    else:
+        pre_stop = main["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert 0 < pre_stop < grace < 120  # drained inside the two-minute spot warning
     assert spec["priorityClassName"] == "gennstack-serving"
     zones = [c for c in spec["topologySpreadConstraints"] if c["topologyKey"] == "topology.kubernetes.io/zone"]

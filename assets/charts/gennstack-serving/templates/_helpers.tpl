@@ -398,11 +398,12 @@ checksum/scripts annotation: changing one script restarts only the pods that run
 
 {{/*
 The scripts a generation's serving pod runs: the vLLM launcher, the S3 sync (s3sync.py) and the
-do-not-disrupt release sidecar (when enabled); gen1-inf2 also the Ray Serve application.
+do-not-disrupt release sidecar (when enabled); gen1-inf2 also the Ray Serve application and the
+preStop's Ray drain.
 */}}
 {{- define "gennstack-serving.serverScripts" -}}
 {{- $files := list "vllm_serve.py" }}
-{{- if eq .gen.name "inf2" }}{{ $files = append $files "gennstack_serve.py" }}{{ end }}
+{{- if eq .gen.name "inf2" }}{{ $files = concat $files (list "gennstack_serve.py" "ray_drain.py") }}{{ end }}
 {{- if or .gen.neuron (index .root.Values .gen.name).tiktokenEncodings }}{{ $files = append $files "s3sync.py" }}{{ end }}
 {{- if .root.Values.loading.releaseDoNotDisruptWhenReady }}{{ $files = append $files "release_do_not_disrupt.py" }}{{ end }}
 {{- toJson $files }}
