@@ -50,10 +50,17 @@ def kubectl() -> Path:
     return _layer_binary("kubectl")
 
 
+def values_text(values: dict[str, Any] | None) -> str:
+    """The values file as CDK's kubectl handler writes it (aws-eks-v2 kubectl-handler/helm/__init__.py:
+    ``json.dumps(values, indent=2)``). Not compact JSON: helm v4.2.3 reads a one-line values file whose
+    size is a multiple of 4096 bytes as empty (tests/test_helm_values_file.py)."""
+    return json.dumps(values or {}, indent=2)
+
+
 def run(*args: str, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess:
-    """Run helm with ``values`` passed as one values file (JSON is YAML)."""
+    """Run helm with ``values`` passed as one values file (JSON is YAML), written as the handler does."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
-        json.dump(values or {}, file)
+        file.write(values_text(values))
         file.flush()
         return subprocess.run([str(binary()), *args, "--values", file.name], capture_output=True, text=True, timeout=120)
 
