@@ -9,7 +9,9 @@
   us-east-1 for every region (its endpoints are us-east-1, eu-central-1 and ap-south-1).
 * Spot: ``ec2:DescribeSpotPriceHistory`` in the configured region with ``StartTime`` now, which
   returns each zone's current price (``Linux/UNIX``), limited to the configured zones when the config
-  names them.
+  names them. A spot node is priced at its type's cheapest zone: a lower bound (the notes say so),
+  since Karpenter v1.14.1 asks EC2 Fleet for spot with price-capacity-optimized allocation
+  (pkg/providers/instance/types.go), which weighs capacity too, not every node in the cheapest zone.
 
 Only EC2 prices are refreshed; service prices (EKS, NAT, endpoints, NLB, EBS) stay the bundled ones.
 Clients come from a factory (service name -> client) so tests hand in botocore ``Stubber`` clients.
@@ -149,6 +151,10 @@ def live_table(region: str, instance_types: list[str], zones: list[str] | None, 
     if missing:
         notes.append(f"no on-demand price in {region} for {', '.join(missing)} (not sold on demand there)")
     spot = fetch_spot(clients("ec2"), instance_types, zones, now)
+    if spot:
+        notes.append("spot: every node is priced at its type's cheapest zone (a lower bound): Karpenter's spot "
+                     "allocation (price-capacity-optimized) weighs capacity too and spreads replicas over zones, so "
+                     "nodes also land in dearer zones; the per-zone prices are listed")
     no_spot = [t for t in instance_types if t in on_demand and t not in spot]
     if no_spot:
         notes.append(f"no spot price for {', '.join(no_spot)} in {'the configured zones' if zones else region}: "

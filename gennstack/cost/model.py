@@ -241,6 +241,10 @@ def hourly_cost(config: GenNStackConfig, table: PriceTable) -> Breakdown:
     breakdown.notes.append("not included: " + monitoring_node + "traffic (NAT and endpoint $/GB, NLCUs, data transfer), "
                            "S3 storage and requests, flow logs, CloudWatch (and YACE's GetMetricData calls), Lambda and "
                            "DynamoDB requests, staging and compile Jobs while they run")
+    if config.monitoring.managed_prometheus.enabled:
+        breakdown.notes.append("not included: Amazon Managed Service for Prometheus, which monitoring.managed_prometheus "
+                               "remote-writes every scraped sample to (billed per million samples ingested, per GB-month "
+                               "stored and per query; it grows with the number of series and the 15 s scrape)")
     return breakdown
 
 

@@ -7,7 +7,7 @@ every panel's query is reviewable Python. After changing a panel:
 tests/observability/test_dashboards.py fails while the files and this module disagree.
 
 Grafana template variables used in queries: ``$__rate_interval`` and ``$__range`` (Grafana's
-built-ins), ``$model`` on the gen1 dashboard (a query variable over the gateway's models).
+built-ins), ``$model`` on the gen1 dashboard (a query variable over the gateway's models, starting on gen1's).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from gennstack.observability import names
 from gennstack.observability.rules import PRICE_RECORD
+from gennstack.serving.config import Inf2Serving
 
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "dashboards"
 # kube-prometheus-stack provisions its Prometheus data source with this uid
@@ -95,6 +96,23 @@ def _replicas(pool: str) -> list[Query]:
             (f'sum(kube_deployment_status_replicas_available{{deployment="{pool}-warm-spare"}})', "warm spares")]
 
 
+def _cache_panel(generation: str, sel: str) -> dict[str, Any]:
+    """Preemptions, with the prefix-cache hit ratio where vLLM caches prefixes.
+
+    The serving chart runs the Neuron generations with ``--no-enable-prefix-caching``
+    (templates/_helpers.tpl gennstack-serving.vllmArgs): their prefix-cache counters never move and a
+    hit ratio would be 0/0, a panel without data. g6e keeps vLLM's default (prefix caching on)."""
+    preemptions = (f"sum(rate(vllm:num_preemptions_total{{{sel}}}[{RATE}]))", "preemptions/s")
+    if generation in ("inf2", "trn2"):
+        return _panel("Preemptions", "none", [preemptions],
+                      description="Prefix caching is off on Neuron (the chart's --no-enable-prefix-caching): no hit ratio.")
+    return _panel("Prefix-cache hit ratio and preemptions", "percentunit", [
+        (f"sum(rate(vllm:prefix_cache_hits_total{{{sel}}}[{RATE}])) / sum(rate(vllm:prefix_cache_queries_total{{{sel}}}[{RATE}]))",
+         "hit ratio"),
+        preemptions,
+    ])
+
+
 def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]) -> dict[str, Any]:
     """gen2-trn2 / gen3-g6e: vLLM's own latency, throughput and queue metrics, by the generation label."""
     sel = f'{names.GENERATION_LABEL}="{pool}"'
@@ -117,11 +135,7 @@ def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]
         _panel("KV-cache use", "percentunit", [
             (f"max by (pod) (vllm:kv_cache_usage_perc{{{sel}}})", "{{pod}}"),
         ]),
-        _panel("Prefix-cache hit ratio and preemptions", "percentunit", [
-            (f"sum(rate(vllm:prefix_cache_hits_total{{{sel}}}[{RATE}])) / sum(rate(vllm:prefix_cache_queries_total{{{sel}}}[{RATE}]))",
-             "hit ratio"),
-            (f"sum(rate(vllm:num_preemptions_total{{{sel}}}[{RATE}]))", "preemptions/s"),
-        ]),
+        _cache_panel(generation, sel),
         _panel("End-to-end request latency", "s", _quantiles("vllm:e2e_request_latency_seconds_bucket", sel)),
         _panel("HTTP responses by status", "reqps", [
             (f'sum by (status) (rate(http_requests_total{{{sel}, handler=~"/v1/.*"}}[{RATE}]))', "{{status}}"),
@@ -165,12 +179,16 @@ def gen1_dashboard() -> dict[str, Any]:
     pool = "gen1-inf2"
     sel = f'{names.GENERATION_LABEL}="{pool}"'
     model = 'gen_ai_response_model=~"$model"'
+    # The gateway's metrics carry every generation's models: the variable starts on gen1's (the
+    # default serving.inf2.served_model_name, what its vLLM answers as). Grafana selects the first
+    # model listed when a renamed one is not among the options.
+    gen1_model = Inf2Serving().served_model_name
     variables = [{
         "name": "model", "label": "Model (gateway)", "type": "query", "datasource": DATASOURCE,
         "query": {"query": "label_values(gen_ai_server_request_duration_seconds_count, gen_ai_response_model)",
                   "refId": "model"},
         "refresh": 2, "includeAll": True, "multi": True,
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "current": {"selected": True, "text": [gen1_model], "value": [gen1_model]},
     }]
     panels = [
         _panel("Time to first token (gateway, $model)", "s",

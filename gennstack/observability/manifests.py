@@ -4,11 +4,12 @@
 Each scrape target and the upstream fact it relies on:
 
 * vLLM (gen2-trn2, gen3-g6e): the serving pods' ``http`` port (8000) serves ``/metrics``
-  (vllm/entrypoints/serve/instrumentator/metrics.py, vLLM 0.16.0 and 0.29.0).
+  (vllm/entrypoints/serve/instrumentator/metrics.py, vLLM 0.13.0 and 0.29.0).
 * Ray (gen1-inf2): KubeRay v1.7.0 adds a ``metrics`` container port (8080) to every Ray head and
   worker and starts Ray with ``--metrics-export-port=8080`` (ray-operator/controllers/ray/common/pod.go);
   Ray Serve's metrics are there. gen1's vLLM listens on the pod's loopback (files/gennstack_serve.py),
-  so its own /metrics is not reachable: gen1's latency comes from Ray Serve and the gateway.
+  so its own /metrics is not reachable: gen1's latency comes from Ray Serve and the gateway. Only the
+  Ray Serve series the dashboards read are kept (``ray_keep``).
 * Envoy proxies: container port ``metrics`` (19001, /stats/prometheus; Envoy Gateway v1.8.3
   internal/infrastructure/kubernetes/proxy/resource.go) on pods labelled
   ``app.kubernetes.io/component=proxy``, ``app.kubernetes.io/managed-by=envoy-gateway``; the AI
@@ -23,11 +24,13 @@ Each scrape target and the upstream fact it relies on:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from gennstack.controller_values import KARPENTER_NAMESPACE
 from gennstack.observability import names
 from gennstack.observability.dashboards import DASHBOARD_DIR
+from gennstack.observability.metrics import SERIES_EXPORTER
 from gennstack.observability.rules import POOLS
 from gennstack.observability.values import DASHBOARD_FOLDER_ANNOTATION, DASHBOARD_LABEL
 
@@ -43,6 +46,18 @@ _GENERATION_FROM_POD = {
     "targetLabel": names.GENERATION_LABEL,
 }
 _NODE_FROM_POD = {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+
+
+def ray_keep() -> dict[str, Any]:
+    """Keep only the Ray series a dashboard or rule reads (metrics.SERIES_EXPORTER's "ray" names).
+
+    Every Ray process of every gen1 pod exports its own ray_* families (the core's gRPC, object
+    store, scheduler and task gauges, each with worker and component labels): stored whole they
+    would crowd a Prometheus limited to 4 GiB. Nothing else reads them: KEDA scales only gen2 and
+    gen3 (on vLLM's gauges), gen1 scales with Ray Serve's own autoscaler. Prometheus' own series
+    for the target (up, scrape_*) are written after metric relabelling and stay."""
+    kept = sorted(name for name, exporter in SERIES_EXPORTER.items() if exporter == "ray")
+    return {"sourceLabels": ["__name__"], "regex": "|".join(re.escape(name) for name in kept), "action": "keep"}
 
 
 def _metadata(name: str) -> dict[str, Any]:
@@ -76,7 +91,8 @@ def pod_monitors(*, generations: list[str], serving_namespace: str) -> list[dict
                     {"key": "app.kubernetes.io/component", "operator": "In", "values": ["ray-head", "server"]},
                 ]},
                 "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL,
-                                         "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD]}],
+                                         "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD],
+                                         "metricRelabelings": [ray_keep()]}],
             },
         })
     monitors.append({

@@ -8,14 +8,17 @@ the name; adding one means reading it there first. Histograms are listed by thei
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # vLLM's Prometheus metrics: vllm/v1/metrics/loggers.py (PrometheusStatLogger) at v0.29.0 (the g6e
-# image) and v0.16.0 (the Neuron DLC, trn2), both with labels model_name and engine. prometheus_client
-# appends _total to counters and _bucket/_sum/_count to histograms.
-_VLLM = "vllm/v1/metrics/loggers.py @ vllm v0.29.0 and v0.16.0"
+# image) and v0.13.0 (the Neuron 2.28.0 DLC, inf2 and trn2: gennstack.serving.support), both with
+# labels model_name and engine. prometheus_client appends _total to counters and _bucket/_sum/_count
+# to histograms.
+_VLLM = "vllm/v1/metrics/loggers.py @ vllm v0.29.0 and v0.13.0"
 # HTTP metrics of vLLM's API server: prometheus-fastapi-instrumentator's default metrics,
 # attached in vllm/entrypoints/serve/instrumentator/metrics.py (same file at both versions);
 # status is grouped ("2xx", "4xx", "5xx").
-_VLLM_HTTP = "vllm/entrypoints/serve/instrumentator/metrics.py @ vllm v0.29.0 and v0.16.0 (prometheus-fastapi-instrumentator defaults)"
+_VLLM_HTTP = "vllm/entrypoints/serve/instrumentator/metrics.py @ vllm v0.29.0 and v0.13.0 (prometheus-fastapi-instrumentator defaults)"
 # The Envoy AI Gateway's GenAI metrics (OpenTelemetry names in internal/metrics/genai.go at v1.1.0;
 # OpenTelemetry's Prometheus exporter turns dots into underscores and adds _seconds for unit "s";
 # the names as Prometheus sees them are asserted in tests/data-plane/vcr/prometheus_metrics_test.go
@@ -135,6 +138,83 @@ METRICS: dict[str, str] = {
 # Series GenNStack's own recording rules write (gennstack.observability.rules).
 RECORDED = {"gennstack:node_hourly_price_usd"}
 
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """A program that produces series the dashboards and rules read, and what it needs from the stack.
+
+    ``monitor``: the (kind, name) of the ServiceMonitor, PodMonitor or PrometheusRule GenNStack applies
+    for it (gennstack.observability.manifests, .rules), with the endpoint's ``port`` name and ``path``;
+    or ``None`` when ``chart``, the chart that runs it, brings its own ServiceMonitor: then each of
+    ``chart_switches`` (a values path and the chart's default when the values leave it out) must be
+    true in the values the stack installs the chart with. ``generations``: the exporter runs only
+    while one of these is enabled (empty: always). IAM: only YACE calls AWS (:func:`yace_actions`).
+    """
+
+    name: str
+    source: str
+    monitor: tuple[str, str] | None = None
+    port: str = ""
+    path: str = "/metrics"
+    chart: str = ""
+    chart_switches: tuple[tuple[tuple[str, ...], bool], ...] = ()
+    generations: tuple[str, ...] = ()
+
+
+EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
+    # The serving pods' http port (8000) serves vLLM's /metrics (vllm/entrypoints/serve/instrumentator/
+    # metrics.py mounts it on the API server); the PodMonitor selects gen2-trn2 and gen3-g6e servers.
+    Exporter("vllm", _VLLM, ("PodMonitor", "gennstack-vllm"), "http", generations=("trn2", "g6e")),
+    # KubeRay v1.7.0's "metrics" container port (8080) on the Ray head and workers of gen1-inf2.
+    Exporter("ray", _RAY, ("PodMonitor", "gennstack-ray"), "metrics", generations=("inf2",)),
+    # Envoy's admin stats (port "metrics", 19001) and the AI Gateway sidecar's (port "aigw-admin", 1064).
+    Exporter("envoy", _ENVOY, ("PodMonitor", "gennstack-gateway"), "metrics", "/stats/prometheus"),
+    Exporter("ai-gateway", _AIGW, ("PodMonitor", "gennstack-gateway"), "aigw-admin"),
+    # Karpenter's chart Service, port http-metrics (charts/karpenter/templates/service.yaml v1.14.1).
+    Exporter("karpenter", _KARPENTER, ("ServiceMonitor", "karpenter"), "http-metrics", chart="karpenter"),
+    # neuron-monitor's DaemonSet (port "metrics", 8000) on the Neuron generations' nodes.
+    Exporter("neuron-monitor", _NEURON, ("PodMonitor", "neuron-monitor"), "metrics", generations=("inf2", "trn2")),
+    # kube-state-metrics: kube-prometheus-stack 88.3.0's subchart (Chart.yaml condition
+    # kubeStateMetrics.enabled, values.yaml default true) with the ServiceMonitor it renders
+    # (values.yaml kube-state-metrics.prometheus.monitor.enabled, default true).
+    Exporter("kube-state-metrics", _KSM, chart="kube-prometheus-stack", chart_switches=(
+        (("kubeStateMetrics", "enabled"), True), (("kube-state-metrics", "prometheus", "monitor", "enabled"), True))),
+    # The DCGM exporter chart's own ServiceMonitor, which GenNStack turns on; on g6e nodes only.
+    Exporter("dcgm-exporter", _DCGM, chart="dcgm-exporter", chart_switches=((("serviceMonitor", "enabled"), False),),
+             generations=("g6e",)),
+    # YACE's chart's own ServiceMonitor, which GenNStack turns on; IAM from its config (yace_actions).
+    Exporter("yace", _YACE, chart="prometheus-yet-another-cloudwatch-exporter",
+             chart_switches=((("serviceMonitor", "enabled"), False),)),
+    # GenNStack's own recording rules (the PrometheusRule "gennstack").
+    Exporter("recording-rules", "gennstack.observability.rules", ("PrometheusRule", "gennstack")),
+)}
+
+_EXPORTER_OF_SOURCE = {_VLLM: "vllm", _VLLM_HTTP: "vllm", _AIGW: "ai-gateway", _ENVOY: "envoy", _KARPENTER: "karpenter",
+                       _KARPENTER_SUMMARY: "karpenter", _KSM: "kube-state-metrics", _DCGM: "dcgm-exporter",
+                       _NEURON: "neuron-monitor", _RAY: "ray", _YACE: "yace", _YACE_SELF: "yace"}
+# Series -> the exporter that produces it: every name in METRICS and RECORDED.
+SERIES_EXPORTER: dict[str, str] = {
+    **{name: _EXPORTER_OF_SOURCE[source] for name, source in METRICS.items()},
+    **{name: "recording-rules" for name in RECORDED},
+}
+
+# The CloudWatch calls YACE v0.67.0 makes per kind of job: a static job one GetMetricStatistics per
+# metric (pkg/job/static.go), a custom-namespace job ListMetrics then GetMetricData (pkg/job/custom.go,
+# pkg/job/getmetricdata/processor.go), a discovery job tag:GetResources first (pkg/job/discovery.go).
+# README.md's "bare minimum permissions required to run Static and Discovery Jobs" is their union.
+_YACE_JOB_ACTIONS = {
+    "static": ("cloudwatch:GetMetricStatistics",),
+    "customNamespace": ("cloudwatch:ListMetrics", "cloudwatch:GetMetricData"),
+    "discovery": ("tag:GetResources", "cloudwatch:ListMetrics", "cloudwatch:GetMetricData"),
+}
+
+
+def yace_actions(exporter_config: dict) -> set[str]:
+    """The IAM actions YACE needs to run the jobs of ``exporter_config`` (its config file as a dict)."""
+    jobs = {"discovery": exporter_config.get("discovery", {}).get("jobs", []),
+            "static": exporter_config.get("static", []), "customNamespace": exporter_config.get("customNamespace", [])}
+    return {action for kind, listed in jobs.items() if listed for action in _YACE_JOB_ACTIONS[kind]}
 
 def yace_metric_name(namespace: str, metric: str, statistic: str) -> str:
     """YACE's BuildMetricName (pkg/promutil/migrate.go, v0.67.0), for the names in METRICS above."""

@@ -34,7 +34,8 @@ same band the older ``math.Abs(1.0-usageRatio) > tolerance`` form gives). Diff t
 v1.36 tag's two files before relying on it for a Kubernetes upgrade.
 
 Time is simulated: the HPA runs every ``sync_seconds`` (15 s, kube-controller-manager's default
---horizontal-pod-autoscaler-sync-period), and reads the value Prometheus last scraped.
+--horizontal-pod-autoscaler-sync-period), and reads the value Prometheus last scraped, every
+``scrape_seconds``: the vLLM PodMonitor's interval (gennstack.observability.manifests.SCRAPE_INTERVAL, 15 s).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from gennstack.observability.manifests import SCRAPE_INTERVAL
+
+# The interval Prometheus scrapes vLLM at (the gennstack-vllm PodMonitor's), in seconds.
+SCRAPE_SECONDS = int(SCRAPE_INTERVAL.removesuffix("s"))
 
 TOLERANCE = 0.1  # --horizontal-pod-autoscaler-tolerance default
 
@@ -209,7 +215,7 @@ class Step:
 
 
 def simulate(spec: ScalingSpec, demand, *, duration: float, start_replicas: int | None = None,
-             sync_seconds: float = 15, scrape_seconds: float = 30, outage: tuple[float, float] | None = None) -> list[Step]:
+             sync_seconds: float = 15, scrape_seconds: float = SCRAPE_SECONDS, outage: tuple[float, float] | None = None) -> list[Step]:
     """Run the autoscaler against ``demand(t)`` (in-flight requests over all replicas) for ``duration`` s.
 
     The gauge sum vLLM's servers export is the demand, as of Prometheus' last scrape: every request a

@@ -30,7 +30,7 @@ KEDA_2_20_2_VALUES = {
     "operator": {"replicaCount": int}, "podDisruptionBudget": {"operator": {"maxUnavailable": int}},
 }
 # vllm/v1/metrics/loggers.py (PrometheusStatLogger): gauge names and their label names, identical in
-# v0.29.0 (images.vllm, g6e) and v0.16.0 (the Neuron DLC's vLLM, trn2/inf2): labelnames =
+# v0.29.0 (images.vllm, g6e) and v0.13.0 (the Neuron 2.28.0 DLC's vLLM, trn2/inf2): labelnames =
 # ["model_name", "engine"], model_name = vllm_config.model_config.served_model_name.
 VLLM_GAUGES = {"vllm:num_requests_running": ("model_name", "engine"), "vllm:num_requests_waiting": ("model_name", "engine")}
 # kedacore/keda v2.20.2, pkg/scalers/prometheus_scaler.go prometheusMetadata: the trigger metadata keys.

@@ -38,3 +38,15 @@ def test_quoted_errors_are_the_real_ones(serving, shown) -> None:
     with pytest.raises(ConfigError) as error:
         load_config({"serving": serving})
     assert shown in str(error.value)
+
+
+def test_scrape_interval_is_the_vllm_pod_monitors() -> None:
+    """The simulation's scrape (and the doc's) is the interval Prometheus scrapes vLLM at."""
+    from gennstack.observability.manifests import pod_monitors
+    from tests.autoscaling.hpa_model import SCRAPE_SECONDS
+
+    monitor = next(m for m in pod_monitors(generations=["trn2", "g6e"], serving_namespace="s")
+                   if m["metadata"]["name"] == "gennstack-vllm")
+    assert monitor["spec"]["podMetricsEndpoints"][0]["interval"] == f"{SCRAPE_SECONDS}s"
+    assert f"Prometheus last scraped (every {SCRAPE_SECONDS} s" in DOC
+    assert f"a spike one scrape sees ({SCRAPE_SECONDS} s)" in DOC

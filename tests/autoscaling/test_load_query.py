@@ -2,7 +2,7 @@
 
 `promtool test rules` (Debian's `prometheus` package) evaluates each ScaledObject's query, taken from
 the rendered chart, over series shaped like vLLM's gauges as Prometheus stores them: vLLM's labels
-(model_name, engine: vllm/v1/metrics/loggers.py at v0.29.0 and v0.16.0) plus the target labels the
+(model_name, engine: vllm/v1/metrics/loggers.py at v0.29.0 and v0.13.0) plus the target labels the
 Prometheus Operator adds (namespace, pod, ...). It must add running and waiting requests over the
 generation's own pods only, drop a removed pod's series, and return nothing (not 0) when no server
 reports, which KEDA (ignoreNullValues "false") turns into an error and then its fallback.

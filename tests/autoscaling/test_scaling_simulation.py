@@ -5,7 +5,7 @@ config; the model follows kubernetes v1.36 pkg/controller/podautoscaler/horizont
 replica_calculator.go, and KEDA v2.20.2 pkg/fallback/fallback.go and
 pkg/scaling/executor/scale_scaledobjects.go (see the model's docstring for each step). Load is
 in-flight requests over all of a generation's replicas; the HPA reads it every 15 s as Prometheus
-last scraped it (every 30 s).
+last scraped it (every SCRAPE_SECONDS: the vLLM PodMonitor's 15 s).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from gennstack.config import load_config
 from tests import helm
-from tests.autoscaling.hpa_model import Autoscaler, Policy, Rules, ScalingSpec, simulate
+from tests.autoscaling.hpa_model import SCRAPE_SECONDS, Autoscaler, Policy, Rules, ScalingSpec, simulate
 from tests.serving.conftest import CHART, NAMESPACE, cdk_values
 
 pytestmark = pytest.mark.slow
@@ -96,22 +96,22 @@ def test_g6e_ramp_scales_up_without_lag_or_overshoot(specs) -> None:
     assert steps[-1].replicas == spec.max_replicas == 6
     for step in steps:
         # What the load one scrape, the scale-up delay and one sync ago needs, less the tolerance.
-        needed = min(spec.max_replicas, math.ceil(demand(step.time - 30 - 60 - 15) * 0.9 / spec.target))
+        needed = min(spec.max_replicas, math.ceil(demand(step.time - SCRAPE_SECONDS - 60 - 15) * 0.9 / spec.target))
         assert step.replicas >= needed, f"t={step.time}: {step.replicas} replicas, load {step.demand}"
     assert_never_below_in_flight_work(spec, steps, 64)
 
 
 def test_g6e_blip_adds_nothing_and_a_sustained_spike_scales_at_once(specs) -> None:
-    """A load spike one 30 s scrape sees, shorter than scale_up_delay_seconds (60), adds no replica;
+    """A load spike one scrape sees (SCRAPE_SECONDS), shorter than scale_up_delay_seconds (60), adds no replica;
     one that lasts adds them once every recommendation in the window is high (the HPA keeps those
     strictly newer than now - window: after window - sync), plus up to one scrape, at the policy's rate."""
     spec = specs["g6e"]
-    blip = simulate(spec, lambda t: 400 if 600 <= t < 630 else 60, duration=1800)
+    blip = simulate(spec, lambda t: 400 if 600 <= t < 600 + SCRAPE_SECONDS else 60, duration=1800)
     assert changes(blip) == []
     spike = simulate(spec, lambda t: 400 if t >= 600 else 60, duration=1800)
     first = changes(spike)[0]
     assert first[1:] == (2, 4)  # Max(2 pods, 100%) in one period
-    assert 600 + 60 - 15 <= first[0] <= 600 + 60 + 30
+    assert 600 + 60 - 15 <= first[0] <= 600 + 60 + SCRAPE_SECONDS
     assert spike[-1].replicas == 6
     assert reversals(spike) == 0
 
@@ -143,7 +143,7 @@ def test_g6e_noisy_load_around_a_threshold_does_not_flap(specs) -> None:
     pattern = [1.25, 0.75, 1.1, 0.8, 1.2, 0.9]
 
     def demand(t: float) -> float:
-        return 120 * pattern[int(t // 30) % len(pattern)]
+        return 120 * pattern[int(t // SCRAPE_SECONDS) % len(pattern)]
 
     steps = simulate(spec, demand, duration=7200)
     assert reversals(steps) == 0
@@ -170,7 +170,7 @@ def test_trn2_holds_a_node_through_short_lulls(specs) -> None:
     steps = simulate(spec, demand, duration=10800)
     assert [c[1:] for c in changes(steps)] == [(1, 2), (2, 1)]
     up, down = changes(steps)
-    assert 600 + 60 - 15 <= up[0] <= 600 + 60 + 30
+    assert 600 + 60 - 15 <= up[0] <= 600 + 60 + SCRAPE_SECONDS
     assert down[0] >= last_seen_above(steps, 12) + 1800
     assert_never_below_in_flight_work(spec, steps, 16)
 

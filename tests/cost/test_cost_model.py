@@ -171,3 +171,11 @@ def test_secrets_and_keys_counted_are_what_the_stack_creates(synth, synth_varian
     for built in (synth, synth_variant):
         assert secrets_created(built.config) == len(built.resources("AWS::SecretsManager::Secret"))
         assert KMS_KEYS == len(built.resources("AWS::KMS::Key"))
+
+
+def test_managed_prometheus_is_named_as_not_included() -> None:
+    """monitoring.managed_prometheus remote-writes every sample to a workspace billed by ingestion: unpriced, and said."""
+    amp = "not included: Amazon Managed Service for Prometheus"
+    assert not any(n.startswith(amp) for n in hourly_cost(config(), TABLE).notes)
+    enabled = config({"monitoring": {"managed_prometheus": {"enabled": True}}})
+    assert any(n.startswith(amp) for n in hourly_cost(enabled, TABLE).notes)

@@ -87,3 +87,32 @@ def test_config_maps_carry_every_dashboard_for_the_sidecar() -> None:
         assert json.loads(config_map["data"][path.name]) == json.loads(path.read_text())
         # A ConfigMap holds at most 1 MiB (Kubernetes' limit on an object's data).
         assert len(config_map["data"][path.name].encode()) < 1024 * 1024
+
+
+def test_gen1_model_variable_starts_on_gen1s_model() -> None:
+    """The gateway's series carry every generation's models; gen1's dashboard opens on its own."""
+    from gennstack.config import load_config
+    from gennstack.observability.dashboards import gen1_dashboard
+
+    (variable,) = gen1_dashboard()["templating"]["list"]
+    model = load_config({}).serving.inf2.served_model_name
+    assert variable["current"]["value"] == [model] and variable["current"]["value"] != ["$__all"]
+
+
+def test_no_prefix_cache_ratio_where_prefix_caching_is_off() -> None:
+    """The chart runs the Neuron generations with --no-enable-prefix-caching (the serving chart's
+    vllmArgs): gen2's dashboard has no 0/0 hit ratio; g6e (vLLM's default, caching on) keeps it."""
+    from gennstack.observability.dashboards import dashboards
+    from tests import helm
+    from tests.serving.conftest import CHART, NAMESPACE, cdk_values
+
+    import json
+
+    # The server's arguments reach it through the pod (command, env or a mounted script's config).
+    args = {o["metadata"]["name"]: json.dumps(o) for o in helm.render(CHART, cdk_values(), namespace=NAMESPACE)
+            if o["kind"] == "Deployment"}
+    assert "--no-enable-prefix-caching" in args["gen2-trn2"] and "--no-enable-prefix-caching" not in args["gen3-g6e"]
+    for name, has_ratio in (("gennstack-gen2-trn2.json", False), ("gennstack-gen3-g6e.json", True)):
+        exprs = [t["expr"] for p in dashboards()[name]["panels"] for t in p["targets"]]
+        assert any("vllm:prefix_cache_queries_total" in e for e in exprs) is has_ratio, name
+        assert any("vllm:num_preemptions_total" in e for e in exprs), name

@@ -155,3 +155,20 @@ def test_neuron_monitor_runs_only_on_neuron_generations() -> None:
         daemonset["spec"]["template"]["spec"]["tolerations"]
     assert _matches(monitor["spec"]["selector"], daemonset["spec"]["template"]["metadata"]["labels"])
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in _ports(daemonset["spec"]["template"])
+
+
+def test_ray_monitor_keeps_only_the_series_the_dashboards_read() -> None:
+    """Prometheus anchors a relabel regex (^(?:regex)$); keep drops every series it does not match."""
+    import re
+
+    from tests.observability.test_promql import dashboard_expressions, metric_names, rule_expressions
+
+    monitor = next(m for m in manifests.pod_monitors(generations=ALL, serving_namespace=NAMESPACE)
+                   if m["metadata"]["name"] == "gennstack-ray")
+    (keep,) = monitor["spec"]["podMetricsEndpoints"][0]["metricRelabelings"]
+    assert (keep["sourceLabels"], keep["action"]) == (["__name__"], "keep")
+    read = {n for _, e in dashboard_expressions() + rule_expressions() for n in metric_names(e) if n.startswith("ray_")}
+    assert read and all(re.fullmatch(keep["regex"], n) for n in read)
+    for dropped in ("ray_node_cpu_utilization", "ray_tasks", "ray_serve_http_request_latency_ms_sum",
+                    "ray_serve_num_http_requests_total_created", "ray_object_store_memory"):
+        assert re.fullmatch(keep["regex"], dropped) is None, dropped
