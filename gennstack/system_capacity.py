@@ -71,7 +71,7 @@ CHART_DEFAULTS: dict[str, Default] = {
     "envoy-shutdown-manager": Default(Requests(10, 32), "envoyproxy/gateway v1.8.3 api/v1alpha1/shared_types.go "
                                                        "DefaultShutdownManager{CPU,Memory}ResourceRequests 10m/32Mi"),
     "envoy-ratelimit": Default(Requests(100, 512), "envoyproxy/gateway v1.8.3 api/v1alpha1/kubernetes_helpers.go "
-                                                   "DefaultResourceRequirements (shared_types.go 100m/512Mi); 1 replica"),
+                                                   "DefaultResourceRequirements (shared_types.go 100m/512Mi)"),
     "ai-gateway-controller": Default(ZERO, "envoyproxy/ai-gateway v1.1.0 manifests/charts/ai-gateway-helm/values.yaml "
                                            "controller.resources {} (no requests)"),
     "external-secrets": Default(ZERO, "external-secrets/external-secrets helm-chart-2.9.0 deploy/charts/external-secrets/"
@@ -261,7 +261,8 @@ def deployments(config: GenNStackConfig) -> list[Line]:
     if config.gateway.rate_limit.enabled:
         lines += [
             Line("gateway-redis", 1, _requests(redis_resources), "gennstack/gateway/values.py gateway_chart_values"),
-            Line("envoy-ratelimit", 1, d["envoy-ratelimit"].requests, d["envoy-ratelimit"].source),
+            Line("envoy-ratelimit", eg["config"]["envoyGateway"]["provider"]["kubernetes"]["rateLimitDeployment"]["replicas"],
+                 d["envoy-ratelimit"].requests, d["envoy-ratelimit"].source),
         ]
     if config.monitoring.placement == "system":
         kps = obs.kube_prometheus_stack_values(config.monitoring, region="us-east-1", remote_write=None,

@@ -55,7 +55,7 @@ def test_summary_of_default_stack(synth: Synth) -> None:
             "-o jsonpath='{.data.ca\\.crt}' > gennstack-ca.pem") in text.splitlines()
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
     # The system pods against the system nodes (gennstack.system_capacity; checked in tests/test_system_capacity.py).
-    assert ("  system nodes: 4 x m7i.large; pods request 3420m CPU / 6124Mi of 7000m / 29656Mi left after DaemonSets "
+    assert ("  system nodes: 4 x m7i.large; pods request 3520m CPU / 6636Mi of 7000m / 29656Mi left after DaemonSets "
             "(5250m / 22242Mi with one node down)") in text.splitlines()
     # The hourly range per generation and in total (gennstack.cost; the figures are checked by hand in tests/cost).
     assert "  Cost inf2: $5.61-$13.40/h, 1 x inf2.48xlarge" in text.splitlines()

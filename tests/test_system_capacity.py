@@ -42,15 +42,17 @@ def test_unknown_instance_type_is_named():
 
 
 def test_default_requests_per_component():
-    """The sum at defaults (rate limit on, monitoring on on-demand nodes, 2 Envoy replicas)."""
+    """The sum at defaults (rate limit on, monitoring on on-demand nodes, 2 Envoy replicas, 2 rate-limit
+    replicas)."""
     lines = {line.component: line for line in sc.deployments(GenNStackConfig())}
     assert lines["karpenter"].total == sc.Requests(1000, 2048)
     assert lines["envoy-proxy"].total == sc.Requests(2 * 510, 2 * 544)
     assert lines["envoy-gateway"].total == sc.Requests(200, 512)
     assert lines["coredns"].total == sc.Requests(200, 140)
+    assert lines["envoy-ratelimit"].total == sc.Requests(2 * 100, 2 * 512)
     assert "prometheus" not in lines
-    assert sc.total(list(lines.values())) == sc.Requests(3420, 6124)
-    assert sc.pods(list(lines.values())) == 26
+    assert sc.total(list(lines.values())) == sc.Requests(3520, 6636)
+    assert sc.pods(list(lines.values())) == 27
 
 
 def test_daemonsets_per_node():
@@ -64,8 +66,8 @@ def test_daemonsets_per_node():
 def test_worst_case_adds_monitoring_and_scales_with_envoy_replicas():
     config = GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 4}})
     worst = sc.deployments(sc.worst_case(config))
-    assert sc.total(worst) == sc.Requests(3420 + 500 + 2 * 510, 6124 + 2048 + 2 * 544)
-    assert sc.pods(worst) == 26 + 6 + 2
+    assert sc.total(worst) == sc.Requests(3520 + 500 + 2 * 510, 6636 + 2048 + 2 * 544)
+    assert sc.pods(worst) == 27 + 6 + 2
 
 
 def _config(**cluster):
@@ -73,7 +75,7 @@ def _config(**cluster):
 
 
 def test_defaults_fit_with_one_node_down():
-    """4 x m7i.large: 1930m - 180m of DaemonSets = 1750m per node; 3 nodes leave 5250m for 3420m."""
+    """4 x m7i.large: 1930m - 180m of DaemonSets = 1750m per node; 3 nodes leave 5250m for 3520m."""
     fit = sc.system_fit(GenNStackConfig())
     assert (fit.instance_type, fit.nodes) == ("m7i.large", 4)
     assert fit.room(3) == sc.Requests(3 * 1750, 3 * (7518 - 104))
@@ -83,29 +85,30 @@ def test_defaults_fit_with_one_node_down():
 
 
 def test_worst_case_fits_at_default_size_with_one_node_down():
-    """Every optional system pod on (monitoring on the system nodes, rate limit on): 3920m in 5250m."""
+    """Every optional system pod on (monitoring on the system nodes, rate limit on): 4020m in 5250m."""
     fit = sc.system_fit(sc.worst_case(GenNStackConfig()))
-    assert fit.requested == sc.Requests(3920, 8172)
+    assert fit.requested == sc.Requests(4020, 8684)
     assert fit.fits(3)
     sc.check_system_fit(sc.worst_case(GenNStackConfig()))
 
 
 def test_the_old_default_does_not_fit_with_one_node_down():
-    """2 x m7i.large, the previous default: 3420m against 1750m once one node is down."""
+    """2 x m7i.large, the previous default: 3520m against 1750m once one node is down (and more than
+    the 3500m both leave)."""
     fit = sc.system_fit(_config(system_nodes_min=2))
-    assert fit.fits(2) and not fit.fits(1)
+    assert not fit.fits(2) and not fit.fits(1)
     with pytest.raises(ConfigError) as error:
         sc.check_system_fit(_config(system_nodes_min=2))
     message = str(error.value)
-    for part in ("cluster.system_nodes_min: 2 nodes of m7i.large", "3420m CPU", "1 node(s) leave 1750m",
+    for part in ("cluster.system_nodes_min: 2 nodes of m7i.large", "3520m CPU", "1 node(s) leave 1750m",
                  "gateway.envoy_replicas=2", "monitoring.placement='on-demand'"):
         assert part in message
 
 
 def test_envoy_replicas_beyond_the_room_are_rejected():
-    """5 more proxies (510m each) overflow 5250m; 2 x m7i.xlarge leave 3740m with one down."""
-    with pytest.raises(ConfigError, match="gateway.envoy_replicas=7"):
-        sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 7}}))
+    """4 more proxies (510m each) overflow 5250m; 2 x m7i.xlarge leave 3740m with one down."""
+    with pytest.raises(ConfigError, match="gateway.envoy_replicas=6"):
+        sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 6}}))
     sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 5}}))
     fit = sc.system_fit(_config(system_node_instance_types=("m7i.xlarge",), system_nodes_min=2))
     assert fit.room(1) == sc.Requests(3920 - 180, 15391 - 104)
@@ -123,7 +126,7 @@ def test_unknown_system_type_is_rejected_with_the_allowed_ones():
 
 def test_summary_line():
     assert sc.summary_line(sc.system_fit(GenNStackConfig())) == (
-        "system nodes: 4 x m7i.large; pods request 3420m CPU / 6124Mi of 7000m / 29656Mi left after DaemonSets "
+        "system nodes: 4 x m7i.large; pods request 3520m CPU / 6636Mi of 7000m / 29656Mi left after DaemonSets "
         "(5250m / 22242Mi with one node down)")
 
 
@@ -174,3 +177,27 @@ def test_chart_defaults_as_read_at_the_pinned_tags():
     }
     assert "not pinned" in sc.CHART_DEFAULTS["kube-proxy"].source
     assert all("no requests" in d.source for d in sc.CHART_DEFAULTS.values() if d.requests == sc.ZERO)
+
+
+def test_rate_limit_service_runs_two_replicas_counted_and_readme_says_the_sums():
+    """Envoy Gateway's rate-limit service: the replicas the Envoy Gateway values ask for
+    (provider.kubernetes.rateLimitDeployment.replicas, with rateLimitPDB minAvailable 1) are the
+    ones counted; none without the rate limit. README.md's figures are this model's."""
+    from pathlib import Path
+
+    from gennstack.gateway import values as gw
+
+    config = GenNStackConfig()
+    provider = gw.envoy_gateway_values(config.gateway)["config"]["envoyGateway"]["provider"]["kubernetes"]
+    assert provider["rateLimitDeployment"]["replicas"] == gw.RATE_LIMIT_REPLICAS == 2
+    assert provider["rateLimitPDB"] == {"minAvailable": 1}
+    lines = {line.component: line for line in sc.deployments(config)}
+    assert lines["envoy-ratelimit"].replicas == gw.RATE_LIMIT_REPLICAS
+    off = GenNStackConfig.model_validate({"gateway": {"rate_limit": {"enabled": False}}})
+    assert "envoy-ratelimit" not in {line.component for line in sc.deployments(off)}
+    fit, worst = sc.system_fit(config), sc.system_fit(sc.worst_case(config))
+    room = fit.room(fit.nodes - 1)
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert (f"at the defaults {fit.requested.cpu_m}m CPU / {fit.requested.memory_mi}Mi of the {room.cpu_m}m / "
+            f"{room.memory_mi}Mi three m7i.large nodes leave after DaemonSets, and {worst.requested.cpu_m}m / "
+            f"{worst.requested.memory_mi}Mi with `monitoring.placement: system`") in readme

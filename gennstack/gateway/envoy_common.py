@@ -76,13 +76,20 @@ ERRORS: dict[int, tuple[str, str, str | None]] = {
 }
 OTHER_ERROR = ("server_error", "gateway_error")
 
-# Retry-After on a 429 is a fixed number of seconds per deployment, set by the mapper. Envoy adds
-# the rate limit filters' x-ratelimit-* headers (DRAFT_VERSION_03, with the exact x-ratelimit-reset)
-# after the local reply mapper has run (tested: a mapper header of %RESP(x-ratelimit-reset)% comes
-# out empty), so the mapper cannot copy that header. Locally the bucket refills one request every
-# interval/requests seconds (local_retry_after_s); in the cluster the request budget is a
-# per-minute window of Envoy Gateway's global rate limit, so CLUSTER_RETRY_AFTER_S = 60 is its
-# longest wait (a token budget, counted per hour, may need longer: x-ratelimit-reset says how long).
+# Retry-After on a 429. Locally: a fixed number of seconds, the time Envoy's local token bucket
+# takes to refill one request (local_retry_after_s); the local_ratelimit filter adds its
+# x-ratelimit-* headers only after the local reply mapper has run (tested: a mapper header of
+# %RESP(x-ratelimit-reset)% comes out empty there), so the mapper cannot copy them.
+# In the cluster: the seconds until the limit that refused the request resets. Envoy Gateway v1.8.3
+# turns on the global rate limit filter's x-ratelimit-* headers (internal/xds/translator/ratelimit.go:
+# EnableXRatelimitHeaders DRAFT_VERSION_03), and that filter hands them to sendLocalReply as its
+# header callback (envoy source/extensions/filters/http/ratelimit/ratelimit.cc, complete() and
+# populateResponseHeaders), which Envoy runs before the local reply mapper, so the mapper copies
+# x-ratelimit-reset, the reset of the limit with the least left (XRateLimitHeaderUtils::create):
+# the minute window's for the request budget, the hour window's for the token budget
+# (tests/gateway/test_gateway_local_replies_e2e.py measures it on real Envoy). CLUSTER_RETRY_AFTER_S
+# stays as the value when that header is absent (the mapper drops an empty header value).
+RATE_LIMIT_RESET_HEADER = "x-ratelimit-reset"
 CLUSTER_RETRY_AFTER_S = 60
 
 # How often Envoy re-resolves a model's Service name when the last answer had no address (or a TTL of
@@ -140,15 +147,37 @@ def _body(error_type: str, code: str) -> dict[str, Any]:
 AI_GATEWAY_JSON_STATUSES = (400, 422)
 
 
-def local_reply_config(retry_after_s: int, *, passthrough: tuple[int, ...] = ()) -> dict[str, Any]:
+# The AI Gateway's own JSON answers carry ``content-type: application/json`` (processor_impl.go
+# createUserFacingErrorResponse sets it in the immediate response's header mutation, which Envoy's
+# ext_proc filter applies in sendLocalReply's header callback, before the local reply mapper runs);
+# Envoy's own local replies (a malformed request, a header the codec refuses) are text/plain or
+# have no body. A passthrough mapper matches only the JSON ones, through Envoy's CEL access log
+# filter (envoy.access_loggers.extension_filters.cel, in Envoy's default build and registered in
+# Envoy Gateway v1.8.3: internal/xds/extensions/extensions.gen.go), so Envoy's own 400 gets the
+# OpenAI-style JSON mapper after it.
+JSON_ANSWER_CEL = "response.headers['content-type'].startsWith('application/json')"
+
+
+def _json_answer_filter(status: int) -> dict[str, Any]:
+    return {"and_filter": {"filters": [
+        _status_filter("EQ", status),
+        {"extension_filter": {"name": "envoy.access_loggers.extension_filters.cel", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+            "expression": JSON_ANSWER_CEL}}},
+    ]}}
+
+
+def local_reply_config(retry_after_s: int, *, passthrough: tuple[int, ...] = (),
+                       retry_after_from: str | None = None) -> dict[str, Any]:
     """The HCM ``local_reply_config`` (Envoy v3 JSON, snake_case field names): one mapper per
     status of :data:`ERRORS`, then one for any other status >= 400; a 429 gets ``Retry-After:
-    retry_after_s``. 2xx direct responses (the local ``GET /v1/models``) are left alone, and so are
-    the ``passthrough`` statuses: a matching mapper with no override keeps the body as it is (the
-    first mapper that matches wins)."""
+    retry_after_s``, or the value of the reply's ``retry_after_from`` header where it has one.
+    2xx direct responses (the local ``GET /v1/models``) are left alone, and so are the
+    ``passthrough`` statuses when their body is already JSON (``content-type: application/json``):
+    a matching mapper with no override keeps the body as it is (the first mapper that matches wins)."""
     if retry_after_s < 1:
         raise ValueError(f"retry_after_s {retry_after_s}: at least 1 (OpenAI SDKs ignore 0)")
-    mappers: list[dict[str, Any]] = [{"filter": _status_filter("EQ", status)} for status in passthrough]
+    mappers: list[dict[str, Any]] = [{"filter": _json_answer_filter(status)} for status in passthrough]
     for status, (error_type, code, message) in ERRORS.items():
         mapper: dict[str, Any] = {"filter": _status_filter("EQ", status), "body_format_override": _body(error_type, code)}
         if message is not None:
@@ -158,6 +187,11 @@ def local_reply_config(retry_after_s: int, *, passthrough: tuple[int, ...] = ())
                 {"header": {"key": "retry-after", "value": str(retry_after_s)},
                  "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"},
             ]
+            if retry_after_from is not None:
+                # Empty when the reply has no such header: Envoy then skips it (keep_empty_value false).
+                mapper["headers_to_add"].append(
+                    {"header": {"key": "retry-after", "value": f"%RESP({retry_after_from})%"},
+                     "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"})
         mappers.append(mapper)
     mappers.append({"filter": _status_filter("GE", 400), "body_format_override": _body(*OTHER_ERROR)})
     return {"mappers": mappers}

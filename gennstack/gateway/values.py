@@ -10,7 +10,8 @@ from typing import Any
 
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, MAX_EJECTION_PERCENT,
-                                             OVERPROVISIONING_FACTOR, UNEJECT_ON_PASSING_HEALTH_CHECK, local_reply_config)
+                                             OVERPROVISIONING_FACTOR, RATE_LIMIT_RESET_HEADER, UNEJECT_ON_PASSING_HEALTH_CHECK,
+                                             local_reply_config)
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
 
@@ -31,6 +32,9 @@ MIN_DRAIN_S = 30
 # (internal/infrastructure/kubernetes/ratelimit/resource.go rateLimitLabels), the only Redis clients.
 RATE_LIMIT_POD_LABELS = {"app.kubernetes.io/name": "envoy-ratelimit", "app.kubernetes.io/component": "ratelimit",
                          "app.kubernetes.io/managed-by": "envoy-gateway"}
+# Envoy Gateway's rate-limit service (envoyproxy/ratelimit), when the rate limit is on.
+RATE_LIMIT_REPLICAS = 2
+RATE_LIMIT_MIN_AVAILABLE = 1
 GATEWAY_LISTENER = "https"  # the Gateway's one listener (templates/gateway.yaml)
 # The gateway's own TLS (templates/tls.yaml): object names (mirroring _helpers.tpl) and lifetimes.
 TLS_SECRET = f"{GATEWAY_RELEASE}-tls"
@@ -40,6 +44,15 @@ TLS_CA_VALIDITY_DAYS = 3650
 # 825 days: the longest server certificate Apple platforms accept, even from a private CA.
 TLS_VALIDITY_DAYS = 825
 TLS_RENEW_BEFORE_DAYS = 180
+# The proxies' resolver option ndots: a name with at least this many dots is looked up as it is
+# first. Every Backend host name (names.backend_host, ``<service>.<namespace>.svc.cluster.local``;
+# Service and namespace names are DNS labels, without dots) has 4, so with the ClusterFirst default
+# of ndots:5 each of Envoy's refreshes first tried the name under each of the pod's search domains
+# (``<proxy namespace>.svc.cluster.local``, ``svc.cluster.local``, ``cluster.local`` and the VPC's,
+# e.g. ``ec2.internal``): 4 NXDOMAINs before the real answer (measured with real Envoy's c-ares in
+# tests/gateway/test_gateway_dns_ndots_e2e.py). Envoy Gateway v1.8.3's EnvoyProxy has no pod
+# dnsConfig field; the chart sets it with envoyDeployment.patch (templates/gateway.yaml).
+PROXY_DNS_NDOTS = backend_host("service", "namespace").count(".")
 
 
 def _duration(seconds: int) -> str:
@@ -132,6 +145,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
             "drainTimeout": _duration(drain_timeout_s(gateway)),
             "minDrainDuration": _duration(MIN_DRAIN_S),
+            "dnsNdots": PROXY_DNS_NDOTS,
             "loadBalancer": {
                 "scheme": lb.scheme,
                 "certificateArn": lb.certificate_arn or "",
@@ -225,7 +239,8 @@ def envoy_patch_values() -> dict[str, Any]:
         "overprovisioningFactor": OVERPROVISIONING_FACTOR,
         "unejectOnPassingHealthCheck": UNEJECT_ON_PASSING_HEALTH_CHECK,
         "listener": GATEWAY_LISTENER,
-        "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES),
+        "localReplyConfig": local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES,
+                                               retry_after_from=RATE_LIMIT_RESET_HEADER),
     }
 
 
@@ -270,11 +285,25 @@ def envoy_gateway_values(gateway: GatewayConfig, *, system_node_selector: dict[s
         envoy_gateway["rateLimit"] = {"backend": {"type": "Redis", "redis": {"url": redis_url(gateway)}}}
         # The rate-limit service (envoyproxy/ratelimit) authenticates to Redis with REDIS_AUTH; Envoy
         # Gateway v1.8.3 adds rateLimitDeployment.container.env to the ones it sets.
-        envoy_gateway["provider"]["kubernetes"] = {"rateLimitDeployment": {
-            "container": {"env": [{"name": "REDIS_AUTH", "valueFrom": {
-                "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]},
-            "pod": {"nodeSelector": dict(system_node_selector or {}), "tolerations": list(system_tolerations or [])},
-        }}
+        # Two replicas and a PodDisruptionBudget: with one replica, a drained system node or a rollout
+        # leaves the proxies without a rate-limit service, and Envoy Gateway's filter fails open
+        # (every request let through uncounted). Envoy Gateway v1.8.3 leaves the Deployment's replicas
+        # unset (1) and makes no PDB unless rateLimitPDB is given
+        # (internal/infrastructure/kubernetes/ratelimit/resource_provider.go Deployment, PodDisruptionBudget).
+        envoy_gateway["provider"]["kubernetes"] = {
+            "rateLimitDeployment": {
+                "replicas": RATE_LIMIT_REPLICAS,
+                "container": {"env": [{"name": "REDIS_AUTH", "valueFrom": {
+                    "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]},
+                "pod": {"nodeSelector": dict(system_node_selector or {}), "tolerations": list(system_tolerations or []),
+                        # one per system node where there is room (a drained node takes one of them)
+                        "topologySpreadConstraints": [{
+                            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": dict(RATE_LIMIT_POD_LABELS)}}]},
+            },
+            "rateLimitPDB": {"minAvailable": RATE_LIMIT_MIN_AVAILABLE},
+        }
     return {
         "config": {"envoyGateway": envoy_gateway},
         "deployment": {"replicas": 2, "pod": {"nodeSelector": dict(system_node_selector or {}),

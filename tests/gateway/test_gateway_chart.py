@@ -475,6 +475,16 @@ def test_redis_password_and_network_policy(default_docs) -> None:
     assert rate_limit["container"]["env"] == [{"name": "REDIS_AUTH", "valueFrom": {
         "secretKeyRef": {"name": REDIS_AUTH_SECRET, "key": "password"}}}]
     assert eg["rateLimit"]["backend"]["redis"] == {"url": redis_url(GatewayConfig())}
+    # Two replicas, spread over nodes, and a PDB: Envoy Gateway v1.8.3 sets the Deployment's replicas from
+    # rateLimitDeployment.replicas (nil: 1) and its topologySpreadConstraints from pod, and makes a PDB only
+    # when rateLimitPDB is set (internal/infrastructure/kubernetes/ratelimit/resource_provider.go Deployment,
+    # PodDisruptionBudget; KubernetesPodDisruptionBudgetSpec in api/v1alpha1/shared_types.go: one of
+    # minAvailable, maxUnavailable); the spread selects the rate-limit pods' labels.
+    assert rate_limit["replicas"] == 2
+    assert eg["provider"]["kubernetes"]["rateLimitPDB"] == {"minAvailable": 1}
+    (spread,) = rate_limit["pod"]["topologySpreadConstraints"]
+    assert spread["labelSelector"]["matchLabels"] == RATE_LIMIT_POD_LABELS
+    assert (spread["topologyKey"], spread["whenUnsatisfiable"]) == ("kubernetes.io/hostname", "ScheduleAnyway")
     off = envoy_gateway_values(GatewayConfig.model_validate(frozen({"rate_limit": {"enabled": False}})))
     assert "rateLimit" not in off["config"]["envoyGateway"] and "kubernetes" not in off["config"]["envoyGateway"]["provider"]
 

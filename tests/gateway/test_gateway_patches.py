@@ -8,7 +8,6 @@ that makes them, each named in the test's docstring."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -23,6 +22,7 @@ from gennstack.gateway.envoy_common import (
     AI_GATEWAY_JSON_STATUSES,
     CLUSTER_RETRY_AFTER_S,
     MAX_HOSTS_PER_BACKEND,
+    RATE_LIMIT_RESET_HEADER,
     OVERPROVISIONING_FACTOR,
     local_reply_config,
 )
@@ -148,7 +148,8 @@ def test_listener_patch_names_the_gateway_listener_and_every_hcm(policy, docs) -
     operation = listener_patch["operation"]
     assert operation["jsonPath"] == f"..filters[?(@.name=='{HCM}')].typed_config"
     assert operation["path"] == "/local_reply_config" and operation["op"] == "add"
-    assert operation["value"] == local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES)
+    assert operation["value"] == local_reply_config(CLUSTER_RETRY_AFTER_S, passthrough=AI_GATEWAY_JSON_STATUSES,
+                                                    retry_after_from=RATE_LIMIT_RESET_HEADER)
 
 
 def test_the_gateway_has_the_one_listener_the_patch_names(docs) -> None:
@@ -176,11 +177,15 @@ def test_cluster_and_local_gateway_share_the_settings(tmp_path) -> None:
     cluster = envoy_patch_values()["localReplyConfig"]
 
     def without_retry_after(config: dict) -> dict:
-        return json.loads(re.sub(r'"retry-after", "value": "\d+"', '"retry-after", "value": "N"', json.dumps(config)))
+        return {"mappers": [{k: v for k, v in m.items() if k != "headers_to_add"} for m in config["mappers"]]}
 
     passthrough = cluster["mappers"][:len(AI_GATEWAY_JSON_STATUSES)]
     assert passthrough == [{"filter": m["filter"]} for m in passthrough]  # no override: the body stays
     assert without_retry_after(local) == without_retry_after({"mappers": cluster["mappers"][len(passthrough):]})
+    (local_429,) = [m["headers_to_add"] for m in local["mappers"] if "headers_to_add" in m]
+    (cluster_429,) = [m["headers_to_add"] for m in cluster["mappers"] if "headers_to_add" in m]
+    assert [h["header"]["key"] for h in local_429] == ["retry-after"]
+    assert [h["header"]["value"] for h in cluster_429] == [str(CLUSTER_RETRY_AFTER_S), "%RESP(x-ratelimit-reset)%"]
     for c in bootstrap["static_resources"]["clusters"]:
         assert c["load_assignment"]["policy"]["overprovisioning_factor"] == envoy_patch_values()["overprovisioningFactor"]
     hcm["typed_config"]["local_reply_config"] = cluster
@@ -222,9 +227,11 @@ AI_GATEWAY_400 = '{"type":"error","error":{"type":"BadRequest","code":"400","mes
 def test_the_ai_gateways_own_json_answers_pass_through_in_the_cluster() -> None:
     """AI Gateway v1.1.0 internal/extproc/processor_impl.go answers a malformed body (400, line 251)
     and an untranslatable request (422, line 369) itself, as an ext_proc immediate response whose
-    body is already JSON (formatUserFacingErrorJSON); Envoy sends immediate responses as local
-    replies. Real Envoy, the cluster's local reply config, direct responses standing in for them:
-    those bodies reach the client unchanged, while Envoy's own answers (413 here) are still wrapped."""
+    body is already JSON (formatUserFacingErrorJSON) with content-type application/json
+    (createUserFacingErrorResponse); Envoy sends immediate responses as local replies. Real Envoy,
+    the cluster's local reply config, direct responses with that content-type standing in for them:
+    those bodies reach the client unchanged, while Envoy's own answers (413 here) are still wrapped
+    (test_gateway_local_replies_e2e.py: Envoy's own 400 too)."""
     gateway = GatewayConfig()
     bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway,
                                 LocalSettings(listen_port=0, admin_port=0, rate_limit_requests=0))
@@ -232,7 +239,9 @@ def test_the_ai_gateways_own_json_answers_pass_through_in_the_cluster() -> None:
     hcm["local_reply_config"] = envoy_patch_values()["localReplyConfig"]
     hcm["http_filters"] = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.router"]
     hcm["route_config"] = {"name": "test", "virtual_hosts": [{"name": "test", "domains": ["*"], "routes": [
-        {"match": {"path": f"/{status}"}, "direct_response": {"status": status, "body": {"inline_string": body}}}
+        {"match": {"path": f"/{status}"}, "direct_response": {"status": status, "body": {"inline_string": body}},
+         "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"},
+                                      "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}] if status != 413 else []}
         for status, body in ((400, AI_GATEWAY_400), (422, AI_GATEWAY_400.replace("400", "422")), (413, "too large"))]}]}
     bootstrap["static_resources"]["clusters"] = []
     with LocalGateway.start(bootstrap) as gw:
