@@ -11,11 +11,27 @@ Compile-cache bucket (Neuron models only)::
 
 A compiled Neuron artifact is valid only for the SDK version, model weights and parallelism it
 was compiled for, so all of them are part of its key; a new SDK or layout never reads a stale one.
+
+What a server copies to its node: inf2 the whole model revision and its artifacts. trn2 compiles
+with ``save_sharded_checkpoint`` (layout ``-sharded``), so its artifacts hold per-rank weights
+(``text_model/weights/tp<rank>_sharded_checkpoint.safetensors`` and ``vision_model/weights/...``)
+and its server copies from the model revision only what is not :data:`PRESHARDED_SERVER_SKIPS`:
+config, tokenizer and processor files. Its compile Job still copies everything.
 """
 
 from __future__ import annotations
 
 import re
+
+# Model keys (fnmatch patterns, relative to the model prefix) a server loading a presharded
+# checkpoint never reads: NxD Inference 2.28.0 (aws-neuron/neuronx-distributed-inference,
+# "Neuron SDK Release 2.28.0" cd3abf3) image_to_text_model_base.py load_weights reads, with
+# save_sharded_checkpoint, only the compiled path's weights/tp<rank>_sharded_checkpoint.safetensors,
+# and vllm-neuron's loader (worker/neuronx_distributed_model_loader.py _load_compiled_model) builds
+# the model from the compiled path; the model directory serves only load_pretrained_config
+# (config.json) and vLLM's tokenizer and processor. The chart passes these to s3sync.py as
+# MODEL_EXCLUDE (templates/_helpers.tpl syncContainer).
+PRESHARDED_SERVER_SKIPS = ("*.safetensors",)
 
 _MODEL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _PART_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

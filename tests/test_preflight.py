@@ -440,6 +440,44 @@ def test_scheduled_capacity_block_warns_with_its_start(tmp_path: Path) -> None:
         WARN, "trn2: cr-0a1b2c3d4e5f60718 (capacity-block, 1 x trn2.48xlarge in us-east-2c) is scheduled: usable from 2026-11-10 11:30 UTC")
 
 
+def test_reserved_pool_counts_on_the_on_demand_quota(tmp_path: Path) -> None:
+    """The ``trn2-reserved`` NodePool launches into the reservation, which EC2 holds out of the
+    On-Demand quota (EC2 User Guide, "Create a Capacity Reservation": a request fails when "the
+    requested quantity exceeds your On-Demand Instance limit for the selected instance family"), so
+    the reserved and on-demand pools add up on Running On-Demand Trn instances: 384 covered the
+    on-demand pool alone, not both."""
+    code, out, _ = healthy_run(
+        tmp_path,
+        {"generations": {"trn2": {"capacity_reservation_ids": ["cr-0a1b2c3d4e5f60718"]}}},
+        reservations=lambda s: s.add("ec2", "describe_capacity_reservations",
+                                     event("ec2.describe_capacity_reservations.capacity-block-trn2"),
+                                     {"CapacityReservationIds": ["cr-0a1b2c3d4e5f60718"]}),
+    )
+    assert code == 0
+    assert rows_of(out)["quota.trn.on-demand"] == (
+        WARN, "Running On-Demand Trn instances (L-2C3B7624) is 384 vCPUs; the config can launch 768 "
+              "(trn2 reserved pool 2 x 192 + trn2 on-demand pool 2 x 192), one node needs 192")
+    # the reserved pool alone fits 384: dropping the fallback is a way out
+    assert ("--quota-code L-2C3B7624 --desired-value 768 --region us-east-2, "
+            "or set generations.trn2.on_demand_fallback: false") in out
+
+
+def test_reserved_pool_without_fallback_still_uses_the_on_demand_quota() -> None:
+    system = {"m7i.large": 2, "m6i.large": 2, "m7a.large": 2}
+    config = config_of({"generations": {"trn2": {"capacity_reservation_ids": ["cr-0a1b2c3d4e5f60718"], "on_demand_fallback": False}}})
+    [need] = [n for n in capacity.vcpu_needs(config, system) if (n.quota_class, n.purchase) == ("trn", "on-demand")]
+    assert [(n.what, n.max_vcpus, n.min_vcpus) for n in need.needs] == [("trn2 reserved pool", 2 * 192, 192)]
+    row = checks.quota_row(context(Stubs()), need, 0.0)
+    assert row.status == FAIL and row.summary == (
+        "Running On-Demand Trn instances (L-2C3B7624) is 0 vCPUs, below one node (192 vCPUs); "
+        "the config can launch 384 (trn2 reserved pool 2 x 192), one node needs 192")
+    # no fallback to drop: the way out is fewer nodes
+    assert row.fix.endswith("--desired-value 384 --region us-east-2, or lower generations.trn2.max_nodes")
+    both = capacity.vcpu_needs(config_of({"generations": {"trn2": {"capacity_reservation_ids": ["cr-0a1b2c3d4e5f60718"]}}}), system)
+    [need] = [n for n in both if (n.quota_class, n.purchase) == ("trn", "on-demand")]
+    assert checks.quota_row(context(Stubs()), need, 200.0).fix.endswith(", or lower generations.trn2.max_nodes")
+
+
 def test_credentials_failure_stops_the_run(tmp_path: Path) -> None:
     stubs = Stubs("us-east-2")
     stubs.error("sts", "get_caller_identity", "ExpiredToken", "The security token included in the request is expired", 403)

@@ -12,6 +12,11 @@ The worst case a config allows, per quota:
 - each enabled generation's spot NodePool: ``max_nodes`` x the vCPUs of its largest configured
   type (the NodePool's ``cpu`` limit, ``gennstack_infra/components/node_pools.py``), on the family's spot quota;
   the on-demand fallback pool the same on the on-demand quota;
+- its ``<pool>-reserved`` NodePool (``capacity_reservation_ids``) the same, also on the on-demand
+  quota: the EC2 User Guide ("Create a Capacity Reservation") says a request fails when "the
+  requested quantity exceeds your On-Demand Instance limit for the selected instance family", so
+  reserved capacity is held out of the On-Demand quota. Its Need adds to the on-demand fallback
+  pool's: both pools can be full at once (each has its own ``cpu`` limit);
 - the system node group (on-demand): ``system_nodes_max`` x the largest system type;
 - Karpenter's general pool (c, m, r; spot or on-demand): ``general_pool_max_vcpu``, counted on
   both Standard quotas because it may land on either.
@@ -113,10 +118,12 @@ def vcpu_needs(config: GenNStackConfig, system_type_vcpus: dict[str, int]) -> li
     out = [standard_on_demand, QuotaNeed("standard", "spot", (general,))]
     for name, generation in config.generations.enabled().items():
         vcpus = [INSTANCE_TYPES[t].vcpu for t in generation.instance_types]
-        purchases = ["spot"] + (["on-demand"] if generation.on_demand_fallback else [])
-        for purchase in purchases:
-            smallest = min(vcpus) if generation.max_nodes else 0
-            most = pool_limits(generation.instance_types, generation.max_nodes)["cpu"]  # the NodePool's cpu limit
-            need = Need(f"{name} {purchase} pool", most, smallest, max(vcpus), generation.max_nodes)
-            out.append(QuotaNeed(GENERATION_CLASS[name], purchase, (need,)))
+        smallest = min(vcpus) if generation.max_nodes else 0
+        most = pool_limits(generation.instance_types, generation.max_nodes)["cpu"]  # each NodePool's cpu limit
+        kinds = {"spot": ("spot",), "on-demand": ("reserved",) * bool(generation.capacity_reservation_ids)
+                 + ("on-demand",) * generation.on_demand_fallback}
+        for purchase, pools in kinds.items():
+            if pools:
+                needs = tuple(Need(f"{name} {kind} pool", most, smallest, max(vcpus), generation.max_nodes) for kind in pools)
+                out.append(QuotaNeed(GENERATION_CLASS[name], purchase, needs))
     return out

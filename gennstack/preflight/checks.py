@@ -237,11 +237,15 @@ def quota_row(ctx: Context, need: QuotaNeed, value: float | None) -> Result:
     if value >= need.max_vcpus:
         return Result(row_id, PASS, f"{have}; {wants}")
     alternative = ""
-    generations = [n.what.split()[0] for n in need.needs if n.what.endswith(" pool") and n.what != "general pool"]
-    if generations:
-        gen = generations[0]
-        alternative = (f", or lower generations.{gen}.max_nodes" if need.purchase == "spot"
-                       else f", or set generations.{gen}.on_demand_fallback: false")
+    pools = [n for n in need.needs if n.what.endswith(" pool") and n.what != "general pool"]
+    if pools:
+        gen = pools[0].what.split()[0]
+        # The reserved pool (capacity_reservation_ids) also uses the on-demand quota: dropping the
+        # fallback is a way out only when the reserved pool alone fits.
+        fallback = next((n for n in pools if n.what == f"{gen} on-demand pool"), None)
+        alternative = (f", or set generations.{gen}.on_demand_fallback: false"
+                       if need.purchase == "on-demand" and fallback and value >= need.max_vcpus - fallback.max_vcpus
+                       else f", or lower generations.{gen}.max_nodes")
     if value >= need.min_vcpus:
         fits = ""
         if len(need.needs) == 1 and need.needs[0].node_vcpus:

@@ -69,6 +69,18 @@ def check_nodes_admit(generations: GenerationsConfig, serving: ServingConfig) ->
     pool (spot, on-demand fallback, reserved) has these limits, so the spot pool alone must admit it.
     Warm spares need no room of their own: a serving pod preempts one (it has the higher priority)
     and takes its node.
+
+    gen1's RayService also needs room for a second RayCluster: KubeRay v1.7.0 upgrades a RayService
+    whose ``rayClusterConfig`` changed (an image or pod template bump) by the ``NewCluster`` strategy,
+    its default with no ``upgradeStrategy`` (``rayservice_controller.go``
+    ``isZeroDowntimeUpgradeEnabled``). It starts a pending RayCluster beside the active one and
+    points the Service at it only once every Serve application on it is RUNNING
+    (``getAndCheckServeStatus``), i.e. once ``min_replicas`` replicas run there; the active cluster
+    keeps its replicas, up to ``max_replicas``, until then. Without room for both the pending
+    cluster's workers never schedule and the upgrade never finishes, so the pool must admit the
+    worst case of ``max_replicas`` plus that of ``min_replicas`` (two fleets: a Neuron replica takes
+    a whole node). The strategy stays ``NewCluster``: with ``None`` KubeRay never applies such a
+    change at all, and gen1 would keep serving the old image.
     """
     keys = {"vcpu": "cpu", "memory_gib": "memory_gib", "accelerators": None}
     for name, generation in generations.enabled().items():
@@ -79,14 +91,22 @@ def check_nodes_admit(generations: GenerationsConfig, serving: ServingConfig) ->
             continue  # check_fits reports a replica no type holds
         limits = pool_limits(types, generation.max_nodes)
         usage = worst_case_usage(types, per_replica, section.max_replicas)
+        upgrade = name == "inf2"  # its RayService (min_replicas is at least 1)
+        if upgrade:
+            pending = worst_case_usage(types, per_replica, section.min_replicas)
+            usage = {resource: need + pending[resource] for resource, need in usage.items()}
         for resource, need in usage.items():
             key = keys[resource] or INSTANCE_TYPES[types[0]].accelerator_resource
             if need > limits[key]:
+                what = (f"{section.max_replicas} replicas of the active RayCluster and the {section.min_replicas} a "
+                        f"KubeRay upgrade's pending RayCluster starts beside it (NewCluster) sit on nodes"
+                        if upgrade else f"{section.max_replicas} replicas sit on nodes")
+                lower = "lower max_replicas or min_replicas" if upgrade else "lower max_replicas"
                 raise ConfigError(
                     f"serving.{name}.max_replicas: got {section.max_replicas}; allowed: at most what "
                     f"generations.{name}.max_nodes ({generation.max_nodes}) admits: in the worst case "
-                    f"{section.max_replicas} replicas sit on nodes with {need} {key} in all, over the NodePool's "
-                    f"limit of {limits[key]}; raise generations.{name}.max_nodes or lower max_replicas"
+                    f"{what} with {need} {key} in all, over the NodePool's "
+                    f"limit of {limits[key]}; raise generations.{name}.max_nodes or {lower}"
                 )
 
 

@@ -59,14 +59,14 @@ def test_neuron_serving_sync_copies_weights_and_compile_with_pod_identity(moto, 
     the latest boto3, `pip install boto3` in aws-neuron/deep-learning-containers
     vllm/inference/0.16.0/Dockerfile.neuronx) reads AWS_CONTAINER_CREDENTIALS_FULL_URI and sends the
     token file's content as Authorization; AWS_ENDPOINT_URL_S3 moves only S3."""
-    container = workload(rendered, "gen2-trn2", "sync-from-s3")
+    container = workload(rendered, "gen1-inf2", "sync-from-s3")
     s3 = moto.client("s3")
-    weights = {"config.json": b'{"model_type": "llama4"}', "model-00001.safetensors": safetensors("w", bytes(range(200)))}
+    weights = {"config.json": b'{"model_type": "llama"}', "model-00001.safetensors": safetensors("w", bytes(range(200)))}
     compiled = {"model.pt": b"neff" * 100, "neuron_config.json": b"{}"}
-    put(s3, BUCKET, "a/trn2/", weights)
-    put(s3, COMPILE_BUCKET, "neuron/a/trn2/tp64/", compiled)
+    put(s3, BUCKET, "a/inf2/", weights)
+    put(s3, COMPILE_BUCKET, "neuron/a/inf2/tp24/", compiled)
     env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
-                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="a/trn2/", COMPILE_PREFIX="neuron/a/trn2/tp64/"))
+                  **env_with_prefixes(container, tmp_path, MODEL_PREFIX="a/inf2/", COMPILE_PREFIX="neuron/a/inf2/tp24/"))
     served = agent.served
     proc = run(container, env, tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -78,6 +78,51 @@ def test_neuron_serving_sync_copies_weights_and_compile_with_pod_identity(moto, 
     again = run(container, env, tmp_path)  # a warm node: a listing, no download
     assert again.returncode == 0, again.stderr
     assert "pulled 0 of 2 files" in again.stdout
+
+
+# Llama 4 Maverick's staged files, by kind (small stand-ins): what the server reads, and its weights.
+TRN2_READ = {"config.json": b'{"model_type": "llama4"}', "generation_config.json": b"{}", "tokenizer.json": b"{}",
+             "tokenizer_config.json": b"{}", "special_tokens_map.json": b"{}", "chat_template.json": b"{}",
+             "preprocessor_config.json": b"{}", "processor_config.json": b"{}", "model.safetensors.index.json": b"{}"}
+TRN2_WEIGHTS = {f"model-0000{i}-of-00002.safetensors": safetensors("w", bytes([i]) * 300) for i in (1, 2)}
+# save_sharded_checkpoint's artifacts: NxD Inference 2.28.0 image_to_text_model_base.py compile writes
+# text_model/ and vision_model/, each with model.pt and weights/tp<rank>_sharded_checkpoint.safetensors.
+TRN2_COMPILED = {f"{part}/{name}": b"s" * 100 for part in ("text_model", "vision_model")
+                 for name in ("model.pt", "weights/tp0_sharded_checkpoint.safetensors", "weights/tp1_sharded_checkpoint.safetensors")}
+
+
+def test_trn2_serving_sync_leaves_the_model_weights_in_s3(moto, agent, rendered, tmp_path) -> None:
+    """trn2 loads the presharded checkpoint from its compiled artifacts (NxD Inference 2.28.0,
+    aws-neuron/neuronx-distributed-inference cd3abf3, image_to_text_model_base.py load_weights:
+    with save_sharded_checkpoint it reads only <compiled>/{text,vision}_model/weights/
+    tp<rank>_sharded_checkpoint.safetensors; vllm-neuron's _load_compiled_model builds the model
+    from the compiled path and reads config.json from the model directory), so its server and warm
+    spare copy the config, tokenizer and processor files and leave the ~800 GB of safetensors in S3;
+    the compile Job, which shards them, still copies everything."""
+    s3 = moto.client("s3")
+    put(s3, BUCKET, "t/trn2/", {**TRN2_READ, **TRN2_WEIGHTS})
+    put(s3, COMPILE_BUCKET, "neuron/t/trn2/sharded/", TRN2_COMPILED)
+    for workload_name in ("gen2-trn2", "gen2-trn2-warm-spare"):
+        container = workload(rendered, workload_name, "sync-from-s3")
+        root = tmp_path / workload_name
+        env = pod_env(root / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                      **env_with_prefixes(container, root, MODEL_PREFIX="t/trn2/", COMPILE_PREFIX="neuron/t/trn2/sharded/"))
+        proc = run(container, env, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        model_dir, compiled_dir = Path(env["MODEL_DIR"]), Path(env["COMPILED_DIR"])
+        assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == TRN2_READ
+        assert {p.relative_to(compiled_dir).as_posix(): p.read_bytes() for p in compiled_dir.rglob("*") if p.is_file()} == TRN2_COMPILED
+        assert "left 2 files (0.00 GB) matching *.safetensors in s3://models/t/trn2/: the server does not read them" in proc.stdout
+        assert f"pulled {len(TRN2_READ)} of {len(TRN2_READ)} files" in proc.stdout
+    compile_sync = workload(rendered, "gen2-trn2-compile", "sync-from-s3")
+    assert "MODEL_EXCLUDE" not in {e["name"] for e in compile_sync["env"]}
+    root = tmp_path / "compile"
+    (root / "work").mkdir(parents=True)
+    env = pod_env(root / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(compile_sync, root, MODEL_PREFIX="t/trn2/", COMPILE_PREFIX="neuron/t/trn2/unsharded/"))
+    proc = run(compile_sync, {**env, "MODEL_EXCLUDE": "*.safetensors"}, tmp_path)  # ignored outside serve mode
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in Path(env["MODEL_DIR"]).iterdir()} == {*TRN2_READ, *TRN2_WEIGHTS}
 
 
 def test_neuron_serving_sync_fails_without_the_staged_marker_or_the_compile(moto, agent, rendered, tmp_path) -> None:

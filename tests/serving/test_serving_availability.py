@@ -333,3 +333,37 @@ def test_redis_memory_ceiling_follows_its_limit(memory, ceiling) -> None:
     values = merged(REQUIRED, only("inf2"), {"inf2": {"redisResources": {"cpu": "250m", "memory": memory}}})
     redis = named(helm.render(CHART, values))[("Deployment", "gen1-inf2-redis")]["spec"]["template"]["spec"]["containers"][0]
     assert f"--maxmemory {ceiling} " in redis["args"][0]
+
+
+# --- room for a KubeRay upgrade's second RayCluster ----------------------------------------------
+
+
+def test_gen1_upgrades_by_a_new_cluster_beside_the_active_one(objects) -> None:
+    """KubeRay v1.7.0 ray-operator/controllers/ray/rayservice_controller.go: with upgradeStrategy
+    NewCluster (isZeroDowntimeUpgradeEnabled; also its default) a changed rayClusterConfig makes a
+    pending RayCluster (shouldPrepareNewCluster) beside the active one, and the Serve Service moves
+    to it only once all its Serve applications are RUNNING (getAndCheckServeStatus); with None the
+    active cluster is neither replaced nor updated (shouldUpdateCluster: only appended worker
+    groups update in place). check_nodes_admit makes room for both clusters."""
+    assert objects[("RayService", "gen1-inf2")]["spec"]["upgradeStrategy"] == {"type": "NewCluster"}
+
+
+def test_gen1_max_nodes_must_admit_the_pending_cluster_too() -> None:
+    """During that upgrade the active cluster keeps up to max_replicas replicas and the pending one
+    needs min_replicas of its own (one inf2.48xlarge each) before it takes traffic: two nodes for
+    the default 1-2 replicas leave the pending cluster's worker unschedulable and the upgrade stuck."""
+    from gennstack.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as info:
+        load_config({"generations": {"inf2": {"max_nodes": 2}}})
+    message = str(info.value)
+    assert ("serving.inf2.max_replicas: got 2; allowed: at most what generations.inf2.max_nodes (2) admits: in the "
+            "worst case 2 replicas of the active RayCluster and the 1 a KubeRay upgrade's pending RayCluster starts "
+            "beside it (NewCluster) sit on nodes with 576 cpu in all, over the NodePool's limit of 384; "
+            "raise generations.inf2.max_nodes or lower max_replicas or min_replicas") in message
+    # three nodes hold both; a fixed two-replica gen1 needs four
+    assert load_config({"generations": {"inf2": {"max_nodes": 3}}}).generations.inf2.max_nodes == 3
+    with pytest.raises(ConfigError, match="with 768 cpu in all, over the NodePool's limit of 576"):
+        load_config({"generations": {"inf2": {"max_nodes": 3}}, "serving": {"inf2": {"min_replicas": 2}}})
+    # a Deployment (trn2, g6e) rolls within its own pods: no second fleet
+    assert load_config({"generations": {"trn2": {"max_nodes": 2}}}).generations.trn2.max_nodes == 2

@@ -10,7 +10,10 @@ s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 Mi
         env: MODELS_BUCKET MODEL_PREFIX MODEL_DIR [COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR]
              S3_CONCURRENCY, MODE = serve (default) | compile,
              MARKER_PREFIX (where the staging marker is, when MODEL_PREFIX is a part of the model:
-             g6e copies only `<model prefix>tiktoken/`)
+             g6e copies only `<model prefix>tiktoken/`),
+             MODEL_EXCLUDE (serve only: comma-separated fnmatch patterns of model keys not to copy;
+             trn2 serves from the presharded checkpoint in its compiled artifacts, so it leaves
+             the model's `*.safetensors` in S3 and copies only config and tokenizer files)
         serve: the staged model (and, for Neuron, its compiled artifacts) must be complete in S3,
                else exit 1 naming the Job to run; then copy what is missing or differs.
         compile: exit 0 with /work/skip when the compile is already in S3; else the staging
@@ -27,6 +30,7 @@ with the reason, so a broken credential chain never looks like "still waiting".
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import sys
@@ -89,12 +93,19 @@ def _inside(root: Path, rel: str) -> Path:
     return path
 
 
-def pull(s3: Any, bucket: str, prefix: str, dest: Path, concurrency: int, log: Callable[[str], None] = print) -> int:
+def pull(s3: Any, bucket: str, prefix: str, dest: Path, concurrency: int, log: Callable[[str], None] = print,
+         exclude: tuple[str, ...] = ()) -> int:
     """Copy ``s3://bucket/prefix`` into ``dest``: objects whose local copy is missing or differs in
-    size or modification time. Returns the bytes copied."""
+    size or modification time, less those whose relative key matches an ``exclude`` pattern.
+    Returns the bytes copied."""
     from boto3.s3.transfer import create_transfer_manager
 
     objects = listing(s3, bucket, prefix)
+    skipped = {rel: size for rel, (size, _) in objects.items() if any(fnmatch.fnmatchcase(rel, p) for p in exclude)}
+    if skipped:
+        log(f"left {len(skipped)} files ({sum(skipped.values()) / 1e9:.2f} GB) matching {', '.join(exclude)} "
+            f"in s3://{bucket}/{prefix}: the server does not read them")
+        objects = {rel: meta for rel, meta in objects.items() if rel not in skipped}
     todo = []
     for rel, (size, mtime) in sorted(objects.items()):
         path = _inside(dest, rel)
@@ -163,7 +174,9 @@ def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], N
                             "deploy again: it is recreated suspended.")
     elif not exists(s3, bucket, marker):
         raise SyncError(f"s3://{bucket}/{marker} is missing: stage the model first (staging.enabled=true, see docs/serving.md)")
-    pull(s3, bucket, prefix, Path(env["MODEL_DIR"]), concurrency, log)
+    # The compile Job reads every weight; only a server may leave some in S3.
+    exclude = tuple(p for p in env.get("MODEL_EXCLUDE", "").split(",") if p) if mode == "serve" else ()
+    pull(s3, bucket, prefix, Path(env["MODEL_DIR"]), concurrency, log, exclude)
     if mode == "serve" and env.get("COMPILE_PREFIX"):
         compile_bucket, compile_prefix = env["COMPILE_BUCKET"], env["COMPILE_PREFIX"]
         if not exists(s3, compile_bucket, compile_prefix + MARKER):

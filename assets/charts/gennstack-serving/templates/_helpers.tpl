@@ -124,7 +124,8 @@ limits:
 {{/*
 The init container that fills the pod's cache from S3 with files/s3sync.py, run by the python3 and
 boto3 of the generation's own image (credentials from Pod Identity): Neuron pods copy the weights
-and compiled artifacts; g6e pods (whose weights stream from S3) copy only the staged tiktoken
+and compiled artifacts (trn2's server, which loads the presharded checkpoint from its artifacts, not
+the model's safetensors); g6e pods (whose weights stream from S3) copy only the staged tiktoken
 encodings. mode: serve (fail when anything is missing) or compile (skip a compile already in S3).
 */}}
 {{- define "gennstack-serving.syncContainer" -}}
@@ -145,6 +146,12 @@ encodings. mode: serve (fail when anything is missing) or compile (skip a compil
       value: {{ .gen.modelPrefix | quote }}
     - name: MODEL_DIR
       value: {{ include "gennstack-serving.modelDir" . | quote }}
+    {{- if and (eq .mode "serve") (index .root.Values .gen.name).saveShardedCheckpoint }}
+    # The server reads its weights from the presharded checkpoint in the compiled artifacts: the
+    # model's safetensors stay in S3 (gennstack/storage_layout.py PRESHARDED_SERVER_SKIPS).
+    - name: MODEL_EXCLUDE
+      value: "*.safetensors"
+    {{- end }}
     {{- else }}
     - name: MARKER_PREFIX
       value: {{ .gen.modelPrefix | quote }}
