@@ -427,14 +427,19 @@ def test_missing_addon_build_fails_naming_the_newest(tmp_path: Path) -> None:
     assert "fix: pin the newest listed in gennstack/versions.py KUBERNETES['1.36']: \"coredns\": \"v1.14.10-eksbuild.1\"" in out
 
 
-def test_scheduled_capacity_block_warns_with_its_start(tmp_path: Path) -> None:
-    code, out, _ = healthy_run(
+def _run_with_trn2_capacity_block(tmp_path: Path) -> tuple[int, str, str]:
+    """A healthy account whose config lists one scheduled trn2 Capacity Block."""
+    return healthy_run(
         tmp_path,
         {"generations": {"trn2": {"capacity_reservation_ids": ["cr-0a1b2c3d4e5f60718"]}}},
         reservations=lambda s: s.add("ec2", "describe_capacity_reservations",
                                      event("ec2.describe_capacity_reservations.capacity-block-trn2"),
                                      {"CapacityReservationIds": ["cr-0a1b2c3d4e5f60718"]}),
     )
+
+
+def test_scheduled_capacity_block_warns_with_its_start(tmp_path: Path) -> None:
+    code, out, _ = _run_with_trn2_capacity_block(tmp_path)
     assert code == 0
     assert rows_of(out)["reservation.cr-0a1b2c3d4e5f60718"] == (
         WARN, "trn2: cr-0a1b2c3d4e5f60718 (capacity-block, 1 x trn2.48xlarge in us-east-2c) is scheduled: usable from 2026-11-10 11:30 UTC")
@@ -446,13 +451,7 @@ def test_reserved_pool_counts_on_the_on_demand_quota(tmp_path: Path) -> None:
     requested quantity exceeds your On-Demand Instance limit for the selected instance family"), so
     the reserved and on-demand pools add up on Running On-Demand Trn instances: 384 covered the
     on-demand pool alone, not both."""
-    code, out, _ = healthy_run(
-        tmp_path,
-        {"generations": {"trn2": {"capacity_reservation_ids": ["cr-0a1b2c3d4e5f60718"]}}},
-        reservations=lambda s: s.add("ec2", "describe_capacity_reservations",
-                                     event("ec2.describe_capacity_reservations.capacity-block-trn2"),
-                                     {"CapacityReservationIds": ["cr-0a1b2c3d4e5f60718"]}),
-    )
+    code, out, _ = _run_with_trn2_capacity_block(tmp_path)
     assert code == 0
     assert rows_of(out)["quota.trn.on-demand"] == (
         WARN, "Running On-Demand Trn instances (L-2C3B7624) is 384 vCPUs; the config can launch 768 "
