@@ -17,12 +17,12 @@ from tests.support import ROOT
 
 @contextmanager
 def bench_process(base_url: str, *, model: str, events: Path, out: Path, concurrency: int, duration: int,
-                  max_tokens: int) -> Iterator[subprocess.Popen[str]]:
+                  max_tokens: int, ramp_up: float = 0.0) -> Iterator[subprocess.Popen[str]]:
     """The bench streaming to ``base_url`` with the drill's events file (``--events``); killed on exit if still running."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     bench = subprocess.Popen(
         [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", model,
-         "--concurrency", str(concurrency), "--duration", str(duration), "--warmup-seconds", "1",
+         "--concurrency", str(concurrency), "--duration", str(duration), "--warmup-seconds", "1", "--ramp-up", f"{ramp_up:g}",
          "--max-tokens", str(max_tokens), "--prompt-tokens", "16", "--events", str(events),
          "--output-dir", str(out), "--no-progress"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

@@ -143,6 +143,8 @@ class MockStats:
     faults: dict[str, int] = field(default_factory=dict)
     max_lateness_s: float = 0.0
     total_lateness_s: float = 0.0
+    first_chunks: int = 0  # streams that sent their first content chunk
+    total_ttft_s: float = 0.0  # over those: seconds from t_recv to that chunk, as sent
     chat_requests_after_warning: int = 0
     streams_in_flight: int = 0  # streamed responses begun (headers written) and not ended
     completed_answers: int = 0  # non-streaming answers sent whole
@@ -163,6 +165,7 @@ class MockStats:
             "faults": dict(self.faults),
             "max_lateness_s": self.max_lateness_s,
             "mean_lateness_s": self.total_lateness_s / self.chunks_sent if self.chunks_sent else 0.0,
+            "mean_ttft_s": self.total_ttft_s / self.first_chunks if self.first_chunks else None,
         }
 
 
@@ -418,6 +421,9 @@ class MockServer:
             if size - reasoning:
                 delta["content"] = " tok" * (size - reasoning)
             writer.write(chunk(delta))
+            if k == 0:
+                self.stats.first_chunks += 1
+                self.stats.total_ttft_s += time.monotonic() - t_recv
             sent_tokens += size
             self.stats.chunks_sent += 1
             self.stats.tokens_sent += size

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -86,14 +87,20 @@ class _Resolver(BaseResolver):
         self._ttl = ttl_s
         self._lock = threading.Lock()
         self.queries = 0
+        # (time.monotonic() at the query, its type, the addresses answered) for every query, in order:
+        # what the gateway asked and when, as this server saw it
+        self.answered: list[tuple[float, str, tuple[str, ...]]] = []
 
     def resolve(self, request: Any, handler: Any) -> Any:
+        at = time.monotonic()
         with self._lock:
             self.queries += 1
         reply = request.reply()
         name = str(request.q.qname).rstrip(".").lower()
         service = self._services.get(name)
         addresses = [] if service is None else service_addresses(service.selector, self._pods())
+        with self._lock:
+            self.answered.append((at, QTYPE.get(request.q.qtype), tuple(addresses)))
         if not addresses:
             # CoreDNS's kubernetes plugin answers a headless Service without ready endpoints as it
             # answers an unknown name: NXDOMAIN.

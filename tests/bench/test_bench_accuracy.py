@@ -3,7 +3,9 @@
 Tolerances (stated in docs/benchmark.md, "How accurate is it"):
 
 * TTFT mean and p50: within 10 ms + 10 % of the programmed TTFT (the client sends a request
-  and the server parses it before its clock starts);
+  and the server parses it before its clock starts) above the TTFT the server served (its
+  ``/stats`` ``mean_ttft_s``: the programmed one plus how late a busy machine woke it), and never
+  under the programmed TTFT (the server sends no content chunk sooner);
 * ITL mean, chunk-gap mean, per-user tokens/s mean and aggregate tokens/s: within 5 %.
 
 The tool usually lands within 1 %; the margin is for a loaded 2-core CI machine. Exact
@@ -65,8 +67,11 @@ CASES = [
     Case(concurrency=1, ttft=0.30, itl=0.02, n=40, tokens_per_chunk=1, usage=False, reasoning_tokens=4, periods=5),
     # 4 tokens per chunk with usage: ITL per token differs from the gap between chunks
     Case(concurrency=32, ttft=0.25, itl=0.025, n=64, tokens_per_chunk=4, usage=True, reasoning_tokens=0, periods=4),
-    # seed scale: 200 streams at 20 tokens/s each
-    Case(concurrency=200, ttft=0.40, itl=0.05, n=40, tokens_per_chunk=1, usage=True, reasoning_tokens=0, periods=3),
+    # seed scale: 200 streams at 18 tokens/s each, 4 tokens a chunk: 1,000 chunks a second in all, which both
+    # processes keep up with on a busy 2-core machine (at one token a chunk, 4,000 a second, the client and
+    # the server fall behind their schedule there; where one core's limit lies is benchmarks/bench_client.py's
+    # question, not an assertion)
+    Case(concurrency=200, ttft=0.40, itl=0.20, n=40, tokens_per_chunk=4, usage=True, reasoning_tokens=0, periods=3),
 ]
 
 
@@ -86,10 +91,13 @@ def test_metrics_match_programmed_truth(mock_server, case: Case) -> None:
         stall_timeout_s=30,
     )
     level = summarize_level(asyncio.run(run_level(config, case.concurrency)))
+    served = server.stats()
     m = level["metrics"]
     report = (f"c={case.concurrency}: ttft={m['ttft_s']['mean']:.4f} itl={m['itl_s']['mean']:.5f} "
               f"gap={m['chunk_gap_s']['mean']:.5f} user={m['user_output_tokens_per_s']['mean']:.2f} "
-              f"agg={level['aggregate_output_tokens_per_s']:.1f} requests={level['requests']}")
+              f"agg={level['aggregate_output_tokens_per_s']:.1f} requests={level['requests']} "
+              f"server: ttft={served['mean_ttft_s']:.4f} lateness mean={served['mean_lateness_s']:.4f} "
+              f"max={served['max_lateness_s']:.4f}")
 
     print(report)
     assert level["requests"]["failed"] == 0, report
@@ -98,7 +106,7 @@ def test_metrics_match_programmed_truth(mock_server, case: Case) -> None:
     assert set(level["samples"]["output_tokens"]) == {case.expected_n}, report
 
     for stat in ("mean", "p50"):
-        assert _close(m["ttft_s"][stat], case.ttft, TTFT_REL, TTFT_ABS_S), report
+        assert case.ttft - 0.001 <= m["ttft_s"][stat] <= served["mean_ttft_s"] + TTFT_ABS_S + TTFT_REL * case.ttft, report
     itl_truth = (case.chunks - 1) * case.itl / (case.expected_n - 1)
     assert _close(m["itl_s"]["mean"], itl_truth, REL), report
     assert _close(m["chunk_gap_s"]["mean"], case.itl, REL), report

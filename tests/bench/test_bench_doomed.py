@@ -75,6 +75,9 @@ def test_a_stream_running_at_gone_breaks_midway_and_later_requests_cannot_connec
     lines = [json.loads(line) for line in events.read_text().splitlines()]
     assert [line["event"] for line in lines] == ["interruption_warning", "replica_gone"]
     assert all(line["source"] == "mock-server" and line["time"].endswith("Z") for line in lines)
+    # its final counts: the one stream, cut
+    assert {k: lines[1][k] for k in ("chat_requests", "completed_streams", "streams_in_flight")} == {
+        "chat_requests": 1, "completed_streams": 0, "streams_in_flight": 1}
     gap = (datetime.fromisoformat(lines[1]["time"].replace("Z", "+00:00"))
            - datetime.fromisoformat(lines[0]["time"].replace("Z", "+00:00"))).total_seconds()
     assert 0.5 <= gap < 0.7, gap
@@ -90,6 +93,7 @@ def test_doom_api_schedules_the_warning_counts_requests_after_it_and_exits(mock_
     stats = server.stats()
     assert stats["doomed"]["warned"] is True and stats["doomed"]["gone"] is False
     assert stats["chat_requests_after_warning"] == 1 == stats["chat_requests"]
+    assert stats["streams_in_flight"] == 0  # it ended
     assert server.proc.wait(timeout=10) == 0
 
 

@@ -62,6 +62,10 @@ def test_the_answer_follows_the_labels_at_query_time(tcp: bool) -> None:
         unknown = _ask(dns, "other.gennstack-serving.svc.cluster.local", tcp=tcp)
         assert unknown.header.rcode == RCODE.NXDOMAIN
         assert dns.resolver.queries == 5
+        answered = dns.resolver.answered
+        assert [(qtype, addresses) for _, qtype, addresses in answered] == [
+            ("A", ("127.0.0.2", "127.0.0.3")), ("A", ("127.0.0.3",)), ("AAAA", ("127.0.0.3",)), ("A", ()), ("A", ())]
+        assert [at for at, _, _ in answered] == sorted(at for at, _, _ in answered)
 
 
 def test_service_dns_refuses_bad_settings() -> None:

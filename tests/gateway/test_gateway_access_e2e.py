@@ -105,16 +105,23 @@ def test_a_clients_budget_is_shared_by_every_model_and_alias(recorder) -> None:
 def test_the_sdk_retry_waits_for_retry_after(recorder) -> None:
     """One request per 2 s: the second call gets a 429 with Retry-After: 2; the SDK (max_retries 1)
     waits those 2 s (its own backoff would be 0.5 s or less at the first retry and hit the 429
-    again) and then succeeds."""
-    url, _ = recorder
+    again) and then succeeds. What happened, as the gateway and the model server counted it: three
+    requests reached the gateway, exactly one was refused, two reached the model server."""
+    url, seen = recorder
     with _gateway(url, api_keys=KEYS, rate_limit_requests=1, rate_limit_interval_s=2) as gw:
         client = _client(gw, "sk-local-app-1", max_retries=1)
         _chat(client, "m1")
         started = time.monotonic()
         _chat(client, "m2")
         waited = time.monotonic() - started
+        limiter = gw.stats("gateway_rate_limit.http_local_rate_limit.")
     print(f"second call took {waited:.2f}s")
-    assert 1.9 <= waited < 4
+    # never sooner than Retry-After: 2 (a busy machine can only make it later), and not after a longer one
+    # (60 s, the cluster's, would show here)
+    assert 1.9 <= waited < 10
+    assert (limiter["gateway_rate_limit.http_local_rate_limit.ok"],
+            limiter["gateway_rate_limit.http_local_rate_limit.rate_limited"]) == (2, 1), limiter
+    assert len(seen.seen) == 2
 
 
 def test_without_keys_the_gateway_is_open_and_budget_is_shared(recorder) -> None:

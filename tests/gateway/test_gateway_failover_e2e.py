@@ -33,8 +33,10 @@ N = 200
 # The 80/20 split: gpt-oss-20b's observed share of N requests is within 0.80 +- SPLIT_TOLERANCE
 # (binomial standard deviation at N=200 is 0.028; 0.07 is 2.5 of them).
 SPLIT_TOLERANCE = 0.07
-ENVOY_DEFAULT_FACTOR = 140
-SETTLE_S = 0.5  # Envoy's own overprovisioning factor, what the cluster had before
+ENVOY_DEFAULT_FACTOR = 140  # Envoy's own overprovisioning factor, what the cluster had before
+# Deadline for Envoy to stop trying a server its health checks marked down (about one health-check
+# interval, measured): generous, so that a busy machine only makes the test slower.
+SETTLE_DEADLINE_S = 30.0
 
 
 def _config(**resilience) -> GatewayConfig:
@@ -64,15 +66,28 @@ class Fleet:
 
     def kill(self, backend: str, count: int) -> None:
         """SIGKILL ``count`` servers of ``backend`` (a spot reclaim) and wait until Envoy's active
-        health check has marked them down."""
+        health check has marked them down and Envoy no longer tries them."""
         dead = self.servers[backend][:count]
         for server in dead:
             server.kill()
         self.gw.wait_healthy(timeout_s=20, expect={_host(s): False for s in dead})
         # Measured: for about one health-check interval after the admin API shows a server down,
         # some requests still pick it (they fail to connect and are retried on another server);
-        # the statements below are about the state after that (docs/gateway.md says so).
-        time.sleep(self.gateway.resilience.health_interval_s + SETTLE_S)
+        # the statements below are about the state after that (docs/gateway.md says so). So probe,
+        # through every route that holds the dead servers, until a round of requests makes no
+        # connection attempt that fails, as Envoy counts them (only a dead server refuses one).
+        deadline = time.monotonic() + SETTLE_DEADLINE_S
+        while True:
+            before = self.connect_failures()
+            for model in (backend, ALIAS):
+                self.send(model, n=20)
+            if self.connect_failures() == before:
+                return
+            assert time.monotonic() < deadline, f"Envoy still tries the dead servers of {backend}"
+
+    def connect_failures(self) -> int:
+        """Connection attempts that failed, over every cluster (Envoy's ``upstream_cx_connect_fail``)."""
+        return sum(v for k, v in self.gw.stats("cluster.").items() if k.endswith(".upstream_cx_connect_fail"))
 
     def seen(self) -> dict[str, int]:
         """Chat requests each live backend's servers received (attempts, retries included)."""
@@ -235,7 +250,7 @@ def test_a_backends_own_4xx_goes_to_the_client_unchanged(fleet, status) -> None:
 
 def test_no_server_left_is_a_503_json_error(fleet) -> None:
     """Every server of every priority of a model down: Envoy answers 503 itself, as an OpenAI-style
-    JSON error, at once (no healthy host to try)."""
+    JSON error, at once: no healthy host to try, so no connection attempt and no retry (Envoy's counts)."""
     from gennstack.gateway.envoy_common import ERRORS
 
     f = fleet({P0_BIG: 2})
@@ -244,10 +259,14 @@ def test_no_server_left_is_a_503_json_error(fleet) -> None:
     async def go():
         async with aiohttp.ClientSession() as session, session.post(
                 f.gw.base_url + "/chat/completions", data=json.dumps({"model": P0_BIG, "max_tokens": 1})) as resp:
-            return resp.status, resp.headers["content-type"], await resp.json(content_type=None)
+            return (resp.status, resp.headers["content-type"], resp.headers.get("x-envoy-attempt-count"),
+                    await resp.json(content_type=None))
 
-    started = time.monotonic()
-    status, content_type, body = asyncio.run(go())
-    assert status == 503 and content_type == "application/json"
+    before = f.gw.stats("cluster.")
+    status, content_type, attempts, body = asyncio.run(go())
+    after = f.gw.stats("cluster.")
+    assert status == 503 and content_type == "application/json" and attempts == "1"
     assert body == {"error": {"message": ERRORS[503][2], "type": "server_error", "code": "upstream_unavailable"}}
-    assert time.monotonic() - started < 2
+    changed = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert sum(n for k, n in changed.items() if k.endswith(".upstream_cx_none_healthy")) == 1, changed
+    assert not [k for k in changed if k.endswith((".upstream_cx_total", ".upstream_rq_retry"))], changed

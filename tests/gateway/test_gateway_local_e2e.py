@@ -321,7 +321,11 @@ def test_killing_a_backend_mid_load_fails_over(mock_backends) -> None:
 
 def test_a_silent_backend_is_failed_over_after_the_stream_idle_timeout(mock_backends) -> None:
     """A primary that accepts the connection and never answers (a dying node) is given up on after
-    stream_idle_timeout; the request is retried on the fallback before any byte reached the client."""
+    stream_idle_timeout; the request is retried on the fallback before any byte reached the client.
+    The first retry stays at priority 0 (attempts_per_priority 2, docs/gateway.md) unless the outlier
+    ejection of the primary (one silent attempt ejects it) reached Envoy's worker before it, which is a
+    race between Envoy's threads: so the fallback serves the second attempt or the third, and every
+    attempt before went to the silent server, as both servers counted them."""
     silent = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
     held: list[socket.socket] = []
@@ -356,8 +360,9 @@ def test_a_silent_backend_is_failed_over_after_the_stream_idle_timeout(mock_back
         silent.close()
         for conn in held:
             conn.close()
-    assert out.status == 200 and out.complete and out.backend == "fallback" and out.attempts == 2
-    assert 1.5 <= elapsed < 10
+    assert out.status == 200 and out.complete and out.backend == "fallback" and out.attempts in (2, 3)
+    assert len(held) == out.attempts - 1 and fallback.stats()["chat_requests"] == 1, (len(held), out)
+    assert 1.5 * (out.attempts - 1) <= elapsed < 10
 
 
 def test_a_stream_that_stalls_after_its_first_token_ends_instead_of_hanging(mock_backends) -> None:

@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timing]
 
 MODEL = "gpt-oss-20b"
 TTL_S = 1
+DEADLINE_S = 30.0
 DOOMED_NODE, OTHER_NODE = "ip-10-0-1-1.ec2.internal", "ip-10-0-2-2.ec2.internal"
 
 
@@ -88,8 +89,12 @@ def test_a_spot_warning_through_the_handler_drains_the_replica_in_the_real_gatew
                 assert entry["node"] == DOOMED_NODE and entry["drained_pods"] == [names[0]]
                 assert kubernetes.pod_labels(NAMESPACE, names[0])[ROUTABLE_LABEL] == "false"
                 assert kubernetes.pod_labels(NAMESPACE, names[1])[ROUTABLE_LABEL] == "true"
+                # Envoy drops it at its next DNS answers (every TTL): waited for with a generous deadline, so a
+                # busy machine only makes this slower; that it was the DNS answer and not a failed health check
+                # is what follows (the replica keeps serving its streams)
+                labelled = time.monotonic()
                 while doomed_host in gw.host_health():
-                    assert time.monotonic() - started < TTL_S + 3, gw.host_health()
+                    assert time.monotonic() - labelled < DEADLINE_S, gw.host_health()
                     time.sleep(0.02)
                 out_after = time.monotonic() - started
                 before = doomed.stats()["chat_requests"]
