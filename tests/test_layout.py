@@ -46,13 +46,17 @@ def _python(code: str, cwd: Path) -> str:
     return result.stdout
 
 
-def _modules(package: str) -> list[str]:
-    base = ROOT / package
-    names = []
-    for path in sorted(base.rglob("*.py")):
+def _module_files(package: str) -> dict[str, Path]:
+    """Every module of ``package`` by its dotted name, with its source file."""
+    files = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
-        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return names
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return files
+
+
+def _modules(package: str) -> list[str]:
+    return list(_module_files(package))
 
 
 def test_every_module_imports_from_outside_the_repository(tmp_path: Path) -> None:
@@ -100,12 +104,7 @@ def _imports(path: Path, module: str, known: set[str]) -> set[str]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    paths = {}
-    for package in OUR_PACKAGES:
-        for module in _modules(package):
-            relative = module.replace(".", "/")
-            path = ROOT / f"{relative}.py"
-            paths[module] = path if path.exists() else ROOT / relative / "__init__.py"
+    paths = {module: path for package in OUR_PACKAGES for module, path in _module_files(package).items()}
     known = set(paths)
     return {module: _imports(path, module, known) for module, path in paths.items()}
 
@@ -170,10 +169,7 @@ def test_plain_modules_never_import_cdk_code() -> None:
     """Pure logic in plain modules that constructs call, never the reverse: nothing in ``gennstack``
     imports ``gennstack_infra`` or a CDK library, even lazily inside a function."""
     offenders = {}
-    for module in _modules("gennstack"):
-        relative = module.replace(".", "/")
-        path = ROOT / f"{relative}.py"
-        path = path if path.exists() else ROOT / relative / "__init__.py"
+    for module, path in _module_files("gennstack").items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
