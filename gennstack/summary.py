@@ -20,6 +20,7 @@ from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_
 from gennstack.observability.summary import monitoring_lines
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 from gennstack.serving.scaling import scaling_line
+from gennstack.serving.values import STAGED_MARKERS
 from gennstack.serving.support import SUPPORT, effective_release
 
 CONFIG_METADATA_KEY = "GenNStack::Config"
@@ -178,6 +179,8 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         )
         if has_serving_chart and gen_name in SUPPORT:
             lines.append(f"    {image_line(gen_name, section)}")
+        if has_serving_chart and gen_name in STAGED_MARKERS:
+            lines.append(f"    {staged_gate_line(gen_name, generation, bool(serving.get('staging')))}")
         if has_serving_chart and "target_ongoing_requests" in section:
             lines.append(f"    {scaling_line(gen_name, section)}")
         capacity = capacity_line(gen_name, generation, section)
@@ -265,6 +268,18 @@ def image_line(gen_name: str, section: dict[str, Any]) -> str:
         shown = row.image
     plugin = f", vLLM {row.vllm} with vllm-neuron {row.plugin}" if not image else ""
     return f"Image: {shown} (Neuron {release}{plugin})"
+
+
+def staged_gate_line(gen_name: str, generation: dict[str, Any], staging: bool) -> str:
+    """Whom a generation's servers and warm spares wait for before they request accelerator nodes
+    (the chart's `<gen>.staged` gate, docs/serving.md), and what opens it."""
+    what = f"{generation.get('model_id')}/{generation.get('model_revision')}/"
+    if gen_name != "g6e":
+        what += " and its compiled artifacts"
+    jobs = "stage Job records" if gen_name == "g6e" else "stage and compile Jobs record"
+    now = "staging on: deploy again once they finish" if staging else "staging off: deploy with serving.staging: true, then again"
+    return (f"Staged gate: no {gen_name} node until ConfigMap {STAGED_MARKERS[gen_name]} records {what} (servers and warm "
+            f"spares wait, scheduling-gated); the {jobs} it, the next deploy opens the gate; {now}")
 
 
 def capacity_line(gen_name: str, generation: dict[str, Any], section: dict[str, Any]) -> str | None:

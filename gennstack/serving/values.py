@@ -12,7 +12,8 @@ to each other.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from gennstack.config import ConfigError, GenerationConfig, GenNStackConfig
 from gennstack.instances import INSTANCE_TYPES
@@ -22,7 +23,7 @@ from gennstack.serving.fit import check_fits
 from gennstack.serving.support import NEURON_GENERATIONS, SUPPORT, effective_release
 from gennstack.storage_layout import compile_cache_prefix, model_prefix
 
-__all__ = ["NEURON_SDK_VERSION", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
+__all__ = ["NEURON_SDK_VERSION", "STAGED_GATE_MODES", "STAGED_MARKERS", "StagedGate", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
            "neuron_release", "serving_values"]
 
 # The Neuron release of the chart's default Neuron image (images.neuronVllm and neuron.sdkVersion in
@@ -30,6 +31,17 @@ __all__ = ["NEURON_SDK_VERSION", "compile_cache_prefixes", "compile_layout", "ge
 # valid for the release that made them, so each generation's compile-cache key carries its own
 # (neuron_release); a test fails when this and the chart's neuron.sdkVersion disagree.
 NEURON_SDK_VERSION = SUPPORT["inf2"].neuron_release
+
+# The chart's `<gen>.staged`: whether a generation's servers and warm spares may request accelerator
+# nodes. "auto" (the default): the chart reads the generation's `<pool>-staged` ConfigMap with helm's
+# `lookup` at install and upgrade and opens the gate once it records the model revision (and, Neuron,
+# the compiled artifacts) this config renders, i.e. at the first deploy after staging; True / False
+# force it (what `helm template`, which has no cluster, needs to show either state).
+StagedGate = Literal["auto"] | bool
+STAGED_GATE_MODES: tuple[StagedGate, ...] = ("auto", True, False)
+# Each generation's marker, the ConfigMap the stage Job and the compile Job's upload record into
+# (the chart's templates/staged-markers.yaml; a test holds the two to each other).
+STAGED_MARKERS = {"inf2": "gen1-inf2-staged", "trn2": "gen2-trn2-staged", "g6e": "gen3-g6e-staged"}
 
 
 def generation_image(generation: str, serving: ServingConfig) -> str:
@@ -89,12 +101,15 @@ def serving_values(
     hf_token_secret: str,
     serving_service_account: str = "gennstack-serving",
     staging_service_account: str = "gennstack-staging",
+    staged: Mapping[str, StagedGate] | None = None,
 ) -> dict[str, Any]:
     """The chart's values for ``config``'s enabled generations.
 
     ``hf_token_secret`` is the Secrets Manager secret's name or ARN, never the token: the staging
-    Job reads the token at run time with its own Pod Identity role.
+    Job reads the token at run time with its own Pod Identity role. ``staged`` sets a generation's
+    gate (``STAGED_GATE_MODES``); a generation not named gets ``"auto"``.
     """
+    gates = _staged_gates(staged or {})
     for key, value in (("models_bucket", models_bucket), ("compile_cache_bucket", compile_cache_bucket),
                        ("region", region), ("hf_token_secret", hf_token_secret)):
         if not isinstance(value, str) or not value:
@@ -118,12 +133,23 @@ def serving_values(
         "staging": {"enabled": serving.staging, "hfTokenSecret": hf_token_secret},
         # KEDA (gennstack/controller_values.py keda_values) scales gen2/gen3 on what GenNStack's Prometheus scrapes.
         "autoscaling": {"enabled": True, "prometheusUrl": PROMETHEUS_URL},
-        "inf2": {**_model(gens.inf2, serving.inf2), **_inf2(serving.inf2, gens.inf2),
+        "inf2": {**_model(gens.inf2, serving.inf2), "staged": gates["inf2"], **_inf2(serving.inf2, gens.inf2),
                  "neuronRelease": neuron_release("inf2", serving)},
-        "trn2": {**_model(gens.trn2, serving.trn2), **_trn2(serving.trn2, gens.trn2),
+        "trn2": {**_model(gens.trn2, serving.trn2), "staged": gates["trn2"], **_trn2(serving.trn2, gens.trn2),
                  "neuronRelease": neuron_release("trn2", serving)},
-        "g6e": {**_model(gens.g6e, serving.g6e), **_g6e(serving.g6e)},
+        "g6e": {**_model(gens.g6e, serving.g6e), "staged": gates["g6e"], **_g6e(serving.g6e)},
     }
+
+
+def _staged_gates(staged: Mapping[str, StagedGate]) -> dict[str, StagedGate]:
+    names = tuple(STAGED_MARKERS)
+    for name, mode in staged.items():
+        if name not in names:
+            raise ConfigError(f"serving_values: staged: got generation {name!r}; allowed: one of {list(names)}")
+        # Not `in STAGED_GATE_MODES`: 1 == True, and the chart's schema takes only the three literals.
+        if not (isinstance(mode, bool) or (isinstance(mode, str) and mode == "auto")):
+            raise ConfigError(f"serving_values: staged.{name}: got {mode!r}; allowed: 'auto', True or False")
+    return {name: staged.get(name, "auto") for name in names}
 
 
 def _model(generation: GenerationConfig, section: Inf2Serving | Trn2Serving | G6eServing) -> dict[str, Any]:

@@ -64,12 +64,45 @@ def rendered_all() -> list[dict]:
 
 
 def load_script(name: str) -> ModuleType:
-    """Import one of the chart's container scripts (``files/<name>.py``) as a module, for unit tests."""
+    """Import one of the chart's container scripts (``files/<name>.py``) as a module, for unit tests.
+    files/ goes on sys.path, as /scripts is for `python3 /scripts/<name>.py` (its sys.path[0]), so a
+    script's import of another (stage.py's kube_patch) resolves as in the pod."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.append(str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+# The staging ServiceAccount's token, as the fake Kubernetes API (tests/serving/fake_kube_api.py) knows it.
+STAGING_TOKEN = "eyJhbGciOiJSUzI1NiJ9.staging-service-account-token"
+STAGING_USER = f"system:serviceaccount:{NAMESPACE}:gennstack-staging"
+BUCKETS = {"buckets": {"models": "models", "compileCache": "compile-cache"}}
+
+
+@pytest.fixture
+def kube_api(tmp_path: Path):
+    """A Kubernetes API on 127.0.0.1 holding what the chart installs (every generation, staging on):
+    its Roles and RoleBindings enforced, its staged-marker ConfigMaps empty. ``env`` is what the
+    kubelet gives a staging pod (API address, ServiceAccount token of gennstack-staging, CA);
+    ``kubeconfig`` is helm's (admin)."""
+    from tests.lambdas.lambda_support import make_certificate
+    from tests.serving.fake_kube_api import FakeKubeApi, in_cluster_env, install, service_account_dir, write_kubeconfig
+
+    rendered = helm.render(CHART, merged(REQUIRED, STAGING, BUCKETS), namespace=NAMESPACE)
+    tls = make_certificate(tmp_path, "kubernetes")
+    api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered},
+                      tokens={"helm-admin": "admin", STAGING_TOKEN: STAGING_USER})
+    install(api, rendered, NAMESPACE)
+    url = api.start()
+    api.rendered = rendered
+    api.env = in_cluster_env(api, service_account_dir(tmp_path / "pod", token=STAGING_TOKEN, namespace=NAMESPACE,
+                                                      ca_file=tls.certfile))
+    api.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=url, ca_b64=tls.ca_b64, namespace=NAMESPACE)
+    yield api
+    api.stop()
 
 
 # A local S3 (moto in server mode) and a fake EKS Pod Identity agent, one of each per test module.

@@ -1,16 +1,20 @@
-"""A Kubernetes API server on 127.0.0.1 (HTTPS) for the chart's compile gate: enough for helm's
-``lookup`` and for stage.py's PATCH of a Job, and strict where those rely on the real one.
+"""A Kubernetes API server on 127.0.0.1 (HTTPS) for the chart's compile and staged gates: enough for
+helm's ``lookup``, stage.py's PATCH of a Job and the staged markers' PATCH of a ConfigMap, and strict
+where those rely on the real one.
 
 - Discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``) lists the
   kinds it is given, so helm can map every object of the chart (``helm template --dry-run=server``).
-- Jobs live in ``jobs`` (``(namespace, name) -> object``); GET returns one or a 404 ``Status``.
-- PATCH of a Job needs a known bearer token (else 401), ``Content-Type:
-  application/merge-patch+json`` (else 415), and RBAC: the token's ServiceAccount must be bound to a
-  Role whose rule allows ``patch`` on ``jobs`` in group ``batch`` for that name (else 403 with the
-  API server's wording). Rules are evaluated as Kubernetes does (k8s.io/kubernetes
-  pkg/apis/rbac/v1/evaluation_helpers.go: VerbMatches, APIGroupMatches, ResourceMatches,
-  ResourceNameMatches, where an empty resourceNames allows every name). The body is applied as an
-  RFC 7386 JSON merge patch and the Job is returned.
+- Jobs, ConfigMaps and Deployments live in ``jobs``, ``configmaps``, ``deployments``
+  (``(namespace, name) -> object``); GET (and, for Jobs and ConfigMaps, PATCH) of one needs a known
+  bearer token (else 401) and RBAC: the token's user is "admin" or a ServiceAccount bound to a Role
+  whose rule allows that verb on that resource in its group for that name (else 403 with the API
+  server's wording, before the object is looked up). Rules are evaluated as Kubernetes does
+  (k8s.io/kubernetes pkg/apis/rbac/v1/evaluation_helpers.go: VerbMatches, APIGroupMatches,
+  ResourceMatches, ResourceNameMatches, where an empty resourceNames allows every name). A PATCH
+  needs ``Content-Type: application/merge-patch+json`` (else 415), never creates (404), and applies
+  the body as an RFC 7386 JSON merge patch, as the API server's merge-patch handler does
+  (k8s.io/apiserver pkg/endpoints/handlers/patch.go, jsonpatch.MergePatch): maps merge key by key,
+  so a patch of one ConfigMap ``data`` key keeps the others; the object is returned.
 - Every request is recorded in ``requests``; ``faults`` makes the next PATCHes fail with a status.
 """
 
@@ -70,6 +74,7 @@ class FakeKubeApi:
     bindings: list[dict[str, Any]] = field(default_factory=list)  # rendered RoleBinding objects, likewise
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # served to GET only
+    configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     faults: list[int] = field(default_factory=list)  # statuses the next PATCHes answer instead (503: overloaded)
 
@@ -104,43 +109,46 @@ class FakeKubeApi:
             if h.command != "GET":
                 return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
             return self._send(h, seen, 200, json.dumps(discovery).encode())
-        parts = path.split("/")
-        # ['', 'apis', 'apps', 'v1', 'namespaces', ns, 'deployments', name]: what helm's lookup reads
-        if len(parts) == 8 and parts[1:5] == ["apis", "apps", "v1", "namespaces"] and parts[6] == "deployments":
-            deployment = self.deployments.get((parts[5], parts[7]))
-            if h.command != "GET":
-                return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
-            if deployment is None:
-                return self._send(h, seen, 404, _status(404, f'deployments.apps "{parts[7]}" not found', "NotFound"))
-            return self._send(h, seen, 200, json.dumps(deployment).encode())
-        # ['', 'apis', 'batch', 'v1', 'namespaces', ns, 'jobs', name]
-        if len(parts) != 8 or parts[1:4] != ["apis", "batch", "v1"] or parts[4] != "namespaces":
+        target = self._object_path(path)
+        if target is None:
             return self._send(h, seen, 404, _status(404, f"{path} not found", "NotFound"))
-        namespace, resource, name = parts[5], parts[6], parts[7]
-        if resource != "jobs":
-            return self._send(h, seen, 404, _status(404, f"{resource} \"{name}\" not found", "NotFound"))
+        group, resource, namespace, name = target
+        qualified = f"{resource}.{group}" if group else resource
+        store = {("batch", "jobs"): self.jobs, ("", "configmaps"): self.configmaps, ("apps", "deployments"): self.deployments}[(group, resource)]
+        verb = {"GET": "get", "PATCH": "patch"}.get(h.command)
+        if verb is None or (verb == "patch" and resource == "deployments"):  # deployments: helm's lookup only
+            return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
         with self._lock:
-            job = self.jobs.get((namespace, name))
-            if h.command == "GET":
-                if job is None:
-                    return self._send(h, seen, 404, _status(404, f'jobs.batch "{name}" not found', "NotFound"))
-                return self._send(h, seen, 200, json.dumps(job).encode())
-            if h.command != "PATCH":
-                return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
-            if self.faults:
+            if verb == "patch" and self.faults:
                 code = self.faults.pop(0)
                 return self._send(h, seen, code, _status(code, f"injected {code}", "ServiceUnavailable"))
-            if not self._allowed(user, verb="patch", namespace=namespace, group="batch", resource="jobs", name=name):
-                message = (f'jobs.batch "{name}" is forbidden: User "{user}" cannot patch resource "jobs" in API group '
-                           f'"batch" in the namespace "{namespace}"')
+            # Authorization comes before the object is looked up: a 403 never says whether it exists.
+            if not self._allowed(user, verb=verb, namespace=namespace, group=group, resource=resource, name=name):
+                message = (f'{qualified} "{name}" is forbidden: User "{user}" cannot {verb} resource "{resource}" in API group '
+                           f'"{group}" in the namespace "{namespace}"')
                 return self._send(h, seen, 403, _status(403, message, "Forbidden"))
-            if seen.headers.get("content-type") != MERGE_PATCH:
+            if verb == "patch" and seen.headers.get("content-type") != MERGE_PATCH:
                 return self._send(h, seen, 415, _status(415, "the body of the request was in an unknown format", "UnsupportedMediaType"))
-            if job is None:
-                return self._send(h, seen, 404, _status(404, f'jobs.batch "{name}" not found', "NotFound"))
-            patched = merge_patch(job, body)
-            self.jobs[(namespace, name)] = patched
-        return self._send(h, seen, 200, json.dumps(patched).encode())
+            obj = store.get((namespace, name))
+            if obj is None:  # a merge patch never creates
+                return self._send(h, seen, 404, _status(404, f'{qualified} "{name}" not found', "NotFound"))
+            if verb == "patch":
+                obj = merge_patch(obj, body)
+                store[(namespace, name)] = obj
+        return self._send(h, seen, 200, json.dumps(obj).encode())
+
+    @staticmethod
+    def _object_path(path: str) -> tuple[str, str, str, str] | None:
+        """``(group, resource, namespace, name)`` of a namespaced object path this fake serves."""
+        parts = path.split("/")
+        # ['', 'api', 'v1', 'namespaces', ns, 'configmaps', name]
+        if len(parts) == 7 and parts[1:4] == ["api", "v1", "namespaces"] and parts[5] == "configmaps":
+            return "", "configmaps", parts[4], parts[6]
+        # ['', 'apis', <group>, 'v1', 'namespaces', ns, <resource>, name]
+        if len(parts) == 8 and parts[1] == "apis" and parts[3:5] == ["v1", "namespaces"] and \
+                (parts[2], parts[6]) in (("batch", "jobs"), ("apps", "deployments")):
+            return parts[2], parts[6], parts[5], parts[7]
+        return None
 
     def _allowed(self, user: str, *, verb: str, namespace: str, group: str, resource: str, name: str) -> bool:
         if user == "admin":
@@ -200,3 +208,38 @@ def write_kubeconfig(path: Any, *, server: str, ca_b64: str, namespace: str, tok
                   "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "helm", "namespace": namespace}}]}
     path.write_text(json.dumps(kubeconfig))
     return path
+
+
+def install(api: FakeKubeApi, rendered: list[dict[str, Any]], namespace: str, release: str = "gennstack") -> None:
+    """What `helm install` of ``rendered`` leaves for the fake to enforce and serve: its Roles and
+    RoleBindings, and its ConfigMaps (as the API server returns them, in ``namespace``, with the
+    ownership annotations helm v4 sets and checks before it adopts an existing object:
+    pkg/action/validate.go checkOwnership)."""
+    for obj in rendered:
+        obj = json.loads(json.dumps(obj))
+        obj["metadata"]["namespace"] = namespace
+        obj["metadata"].setdefault("annotations", {}).update(
+            {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace})
+        if obj["kind"] == "Role":
+            api.roles.append(obj)
+        elif obj["kind"] == "RoleBinding":
+            api.bindings.append(obj)
+        elif obj["kind"] == "ConfigMap":
+            api.configmaps[(namespace, obj["metadata"]["name"])] = obj
+
+
+def service_account_dir(root: Any, *, token: str, namespace: str, ca_file: str) -> Any:
+    """The files the kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount."""
+    from pathlib import Path
+
+    account = Path(root) / "serviceaccount"
+    account.mkdir(parents=True, exist_ok=True)
+    (account / "token").write_text(token + "\n")
+    (account / "namespace").write_text(namespace)
+    (account / "ca.crt").write_text(Path(ca_file).read_text())
+    return account
+
+
+def in_cluster_env(api: FakeKubeApi, account: Any) -> dict[str, str]:
+    """What the kubelet sets for a pod to reach this API (and where its ServiceAccount files are)."""
+    return {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(api.port), "SERVICE_ACCOUNT_DIR": str(account)}

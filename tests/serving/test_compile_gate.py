@@ -25,7 +25,7 @@ from tests.lambdas.lambda_support import make_certificate
 from tests.serving.aws_fakes import pod_env
 from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, STAGING, merged, only
 from tests.serving.fake_hub import FakeHub
-from tests.serving.fake_kube_api import MERGE_PATCH, FakeKubeApi, write_kubeconfig
+from tests.serving.fake_kube_api import MERGE_PATCH, FakeKubeApi, install, write_kubeconfig
 from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, put, run
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,9 @@ def test_compile_jobs_start_suspended_and_only_their_stage_jobs_may_release_them
         # The compile deadline no longer has to cover the wait for staging.
         assert compile_job["spec"]["activeDeadlineSeconds"] == 21600
     g6e = by_base["gen3-g6e-stage"]
-    assert "COMPILE_JOB" not in env(g6e) and "automountServiceAccountToken" not in g6e["spec"]["template"]["spec"]
+    assert "COMPILE_JOB" not in env(g6e)
+    # Every stage Job records its model in its staged marker through the API (tests/serving/test_staged_gate.py).
+    assert g6e["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
     role = by_kind(objects, "Role", ROLE)
     assert role["rules"] == [{"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"], "resourceNames": compile_names}]
     binding = by_kind(objects, "RoleBinding", ROLE)
@@ -159,12 +161,9 @@ def kube(tmp_path: Path):
     tls = make_certificate(tmp_path, "kubernetes")
     api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered},
                       tokens={"helm-admin": "admin", SA_TOKEN: STAGING_USER})
+    install(api, rendered, NAMESPACE)
     for obj in rendered:
         obj["metadata"]["namespace"] = NAMESPACE
-        if obj["kind"] == "Role":
-            api.roles.append(obj)
-        if obj["kind"] == "RoleBinding":
-            api.bindings.append(obj)
     url = api.start()
     api.tls = tls
     api.rendered = rendered
@@ -267,6 +266,11 @@ def add_live_compile_jobs(kube: FakeKubeApi) -> dict[str, str]:
     return names
 
 
+def job_patches(kube: FakeKubeApi) -> list:
+    """The PATCHes of Jobs (stage.py also records the model in its staged marker ConfigMap first)."""
+    return [p for p in kube.patches() if "/jobs/" in p.path]
+
+
 def suspended(kube: FakeKubeApi, name: str) -> bool:
     return kube.jobs[(NAMESPACE, name)]["spec"]["suspend"]
 
@@ -278,7 +282,7 @@ def test_stage_job_releases_its_compile_job_once_the_model_is_staged(kube, moto,
     assert env["COMPILE_JOB"] == names["gen1-inf2-compile"]
     s3 = moto.client("s3")
     assert json.loads(s3.get_object(Bucket="models", Key="gate/llama/main/.gennstack-complete")["Body"].read())["commit"] == COMMIT
-    [patch] = kube.patches()
+    [patch] = job_patches(kube)
     assert patch.method == "PATCH"
     assert patch.path == f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs/{names['gen1-inf2-compile']}"
     assert patch.headers["content-type"] == MERGE_PATCH
@@ -304,7 +308,7 @@ def test_stage_job_releases_the_compile_job_when_the_model_was_already_staged(ku
     assert proc.returncode == 0, proc.stderr
     assert hub.downloads == []
     assert "already staged" in proc.stdout
-    assert [p.body for p in kube.patches()] == [{"spec": {"suspend": False}}]
+    assert [p.body for p in job_patches(kube)] == [{"spec": {"suspend": False}}]
     assert suspended(kube, names["gen1-inf2-compile"]) is False
 
 
@@ -314,7 +318,7 @@ def test_a_failed_staging_releases_nothing(kube, moto, agent, hub, hf_secret, tm
                                  Body=json.dumps({"commit": "0" * 40}).encode())
     proc, _ = stage_run(kube, moto, agent, hub, tmp_path, prefix="gate/moved/main/")
     assert proc.returncode != 0 and f"holds commit {'0' * 40}" in proc.stderr
-    assert kube.patches() == []
+    assert kube.patches() == []  # nothing released, nothing recorded as staged
     assert suspended(kube, names["gen1-inf2-compile"]) is True
 
 
@@ -338,7 +342,7 @@ def test_a_refused_release_fails_the_stage_job_with_the_reason(kube, moto, agent
         assert (f'jobs.batch "{job}" is forbidden: User "{STAGING_USER}" cannot patch resource "jobs" in API group "batch" '
                 f'in the namespace "{namespace}"') in proc.stderr
     assert f"Role {ROLE}" in proc.stderr
-    assert len(kube.patches()) == 1  # refused is final, not retried
+    assert len(job_patches(kube)) == 1  # refused is final, not retried
     assert suspended(kube, names["gen1-inf2-compile"]) is True and suspended(kube, other) is True
     # The model itself was staged: a retry of the pod only has the release left to do.
     assert "staged " in proc.stdout
@@ -349,6 +353,6 @@ def test_an_overloaded_api_server_is_retried(kube, moto, agent, hub, hf_secret, 
     kube.faults.append(503)
     proc, _ = stage_run(kube, moto, agent, hub, tmp_path, prefix="gate/retried/main/")
     assert proc.returncode == 0, proc.stderr
-    assert [p.status for p in kube.patches()] == [503, 200]
+    assert [p.status for p in job_patches(kube)] == [503, 200]
     assert "HTTP 503: injected 503; retrying" in proc.stdout
     assert suspended(kube, names["gen1-inf2-compile"]) is False

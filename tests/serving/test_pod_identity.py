@@ -167,10 +167,10 @@ def test_compile_job_skips_a_compile_already_in_s3(moto, agent, rendered, tmp_pa
     assert (tmp_path / "work" / "skip").exists()
 
 
-def test_compile_upload_pushes_the_artifacts_then_the_marker(moto, agent, rendered, tmp_path) -> None:
+def test_compile_upload_pushes_the_artifacts_then_the_marker(moto, agent, rendered, kube_api, tmp_path) -> None:
     container = workload(rendered, "gen1-inf2-compile", "upload")
     env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
-                  **env_with_prefixes(container, tmp_path, COMPILE_PREFIX="neuron/e/"))
+                  **env_with_prefixes(container, tmp_path, COMPILE_PREFIX="neuron/e/", **kube_api.env))
     compiled = Path(env["COMPILED_DIR"])
     (compiled / "graphs").mkdir(parents=True)
     (compiled / "graphs" / "model.neff").write_bytes(b"n" * 3000)
@@ -185,6 +185,8 @@ def test_compile_upload_pushes_the_artifacts_then_the_marker(moto, agent, render
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=COMPILE_BUCKET, Prefix="neuron/e/")["Contents"]}
     assert keys == {"neuron/e/graphs/model.neff", "neuron/e/neuron_config.json", "neuron/e/.gennstack-complete"}
     assert json.loads(s3.get_object(Bucket=COMPILE_BUCKET, Key="neuron/e/.gennstack-complete")["Body"].read())["files"] == 2
+    # Then the staged marker (tests/serving/test_staged_gate.py covers it in full).
+    assert "neuron/e/" in kube_api.configmaps[(NAMESPACE, "gen1-inf2-staged")]["data"].values()
 
 
 # --- staging (files/stage.py in the vLLM image) -----------------------------------------------
@@ -209,19 +211,22 @@ def hub():
     fake.stop()
 
 
-def stage_env(rendered: dict, moto, agent, hub, root: Path, token: str = TOKEN, prefix: str = "openai/gpt-oss-20b/main/") -> dict:
+def stage_env(rendered: dict, moto, agent, hub, root: Path, token: str = TOKEN, prefix: str = "openai/gpt-oss-20b/main/",
+              kube: dict | None = None) -> dict:
     container = workload(rendered, "gen3-g6e-stage", "stage")
     env = pod_env(root / "home", agent, token=token, AWS_ENDPOINT_URL=moto.endpoint, HF_ENDPOINT=hub.endpoint,
-                  **env_with_prefixes(container, root, MODEL_PREFIX=prefix, TIKTOKEN_SOURCE=f"{hub.endpoint}/encodings/"))
+                  **env_with_prefixes(container, root, MODEL_PREFIX=prefix, TIKTOKEN_SOURCE=f"{hub.endpoint}/encodings/",
+                                      **(kube or {})))
     Path(env["HF_HOME"]).mkdir(parents=True, exist_ok=True)
     return env
 
 
-def test_staging_resolves_the_revision_verifies_and_skips_what_no_server_reads(moto, agent, rendered, hub, hf_secret, tmp_path) -> None:
+def test_staging_resolves_the_revision_verifies_and_skips_what_no_server_reads(moto, agent, rendered, hub, hf_secret, kube_api,
+                                                                               tmp_path) -> None:
     """huggingface_hub 1.28.0 (>= 1.28.0 is what vLLM 0.29.0 requires) reads HF_ENDPOINT and writes
     hf_hub_download(local_dir=HF_HOME) there; boto3 reads AWS_ENDPOINT_URL for S3 and Secrets Manager."""
     container = workload(rendered, "gen3-g6e-stage", "stage")
-    env = stage_env(rendered, moto, agent, hub, tmp_path)
+    env = stage_env(rendered, moto, agent, hub, tmp_path, kube=kube_api.env)
     assert env["MODEL_REVISION"] == "main" and env["TIKTOKEN_ENCODINGS"] == "o200k_base cl100k_base"
     env["TIKTOKEN_ENCODINGS"] = ""  # the stand-in encodings cannot have the real digests: see the next test
     proc = run(container, env, tmp_path)
@@ -236,6 +241,7 @@ def test_staging_resolves_the_revision_verifies_and_skips_what_no_server_reads(m
                                 "hub-digest": "sha256:" + hashlib.sha256(HUB_FILES["model-00001-of-00001.safetensors"]).hexdigest()}
     assert f"openai/gpt-oss-20b@main is commit {COMMIT}" in proc.stdout
     assert sorted(hub.downloads) == ["config.json", "model-00001-of-00001.safetensors"]
+    assert "openai/gpt-oss-20b/main/" in kube_api.configmaps[(NAMESPACE, "gen3-g6e-staged")]["data"].values()
     # The branch moves: the staged commit stays, and the Job says how to stage the new one.
     hub.refs["main"] = "9" * 40
     again = run(container, env, tmp_path)

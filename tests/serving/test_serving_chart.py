@@ -267,9 +267,10 @@ def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(render
     assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}]
     binding = by_name[("RoleBinding", "gennstack-serving-release-do-not-disrupt")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gennstack-serving", "namespace": NAMESPACE}]
-    # The staging account's only Kubernetes permission: releasing its compile Jobs (test_compile_gate.py).
+    # The staging account's only Kubernetes permissions: releasing its compile Jobs (test_compile_gate.py)
+    # and recording what it staged in the staged markers (test_staged_gate.py).
     assert {name for kind, name in by_name if kind in ("Role", "RoleBinding")} == {
-        "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs"}
+        "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs", "gennstack-serving-staged-markers"}
 
 
 def test_service_account_names_come_from_values() -> None:
@@ -408,8 +409,9 @@ def test_do_not_disrupt_can_be_kept_for_good() -> None:
 
 
 def test_ray_serve_autoscaling_follows_values(rendered_all) -> None:
+    # Staged (gate open): a closed gate empties the worker group (tests/serving/test_staged_gate.py).
     values = merged(REQUIRED, only("inf2"), {"inf2": {"minReplicas": 2, "maxReplicas": 4, "targetOngoingRequests": 8,
-                                                      "scaleUpDelaySeconds": 45, "scaleDownDelaySeconds": 900}})
+                                                      "scaleUpDelaySeconds": 45, "scaleDownDelaySeconds": 900, "staged": True}})
     service = named(helm.render(CHART, values))[("RayService", "gen1-inf2")]
     serve = yaml.safe_load(service["spec"]["serveConfigV2"])
     deployment = serve["applications"][0]["deployments"][0]

@@ -22,12 +22,18 @@ written last marks the revision complete and records the commit; with it present
 nothing, and it fails when the revision now resolves to another commit.
 
 Once the model is staged (copied now, or found complete), ``COMPILE_JOB`` (Neuron generations) is
-released: the chart creates that compile Job with ``spec.suspend: true``, so it has no pod and
+released (below); then the model is recorded in the generation's ``STAGED_CONFIGMAP``
+(``<pool>-staged``, key ``model-<h>``: files/kube_patch.py), the marker the chart's gate reads, so
+the next deploy lets the servers and warm spares request accelerator nodes (g6e; Neuron
+generations also need their compiled artifacts, which ``s3sync.py push`` records). The chart's
+Role ``gennstack-serving-staged-markers`` allows exactly ``patch`` on those ConfigMaps.
+
+The compile Job is released: the chart creates that compile Job with ``spec.suspend: true``, so it has no pod and
 Karpenter launches no on-demand accelerator node while this Job downloads, and this Job sets
 ``spec.suspend=false`` with a JSON merge patch on ``/apis/batch/v1/namespaces/<ns>/jobs/<name>``,
 authenticated with the pod's ServiceAccount token (the chart's Role allows exactly ``patch`` on that
-Job by name). A refused patch (401/403/404/422) fails this Job at once, with the API server's reason;
-429, 5xx and connection errors are retried a few times.
+Job by name). A refused patch (401/403/404/422) of either fails this Job at once, with the API
+server's reason; 429, 5xx and connection errors are retried a few times.
 
 Kubernetes' contract (k8s.io/api batch/v1/types.go, JobSpec.suspend, kubernetes-1.36.0): "If a Job
 is created with suspend set to true, no Pods are created by the Job controller"; flipping it back
@@ -37,7 +43,7 @@ timer will effectively be stopped and reset when the Job is resumed again"), so 
 deadline counts from its release, not from the start of staging.
 
     env: AWS_REGION MODELS_BUCKET MODEL_PREFIX MODEL_ID MODEL_REVISION HF_TOKEN_SECRET, HF_HOME (scratch),
-         TIKTOKEN_ENCODINGS (space-separated names, optional), COMPILE_JOB (optional),
+         TIKTOKEN_ENCODINGS (space-separated names, optional), STAGED_CONFIGMAP, COMPILE_JOB (optional),
          KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT (set by the kubelet), SERVICE_ACCOUNT_DIR
          (default: where Kubernetes mounts the token, namespace and CA)
 """
@@ -48,13 +54,13 @@ import fnmatch
 import hashlib
 import json
 import os
-import ssl
 import sys
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+import kube_patch  # files/kube_patch.py, beside this script in /scripts
 
 MARKER = ".gennstack-complete"
 # Never read by the servers: Meta's original consolidated checkpoints (`original/`, another full
@@ -71,9 +77,6 @@ TIKTOKEN_SHA256 = {
     "cl100k_base": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
 }
 CHUNK = 8 * 1024 * 1024
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-MERGE_PATCH = "application/merge-patch+json"
-RELEASE_ATTEMPTS = 5
 
 
 class StagingError(SystemExit):
@@ -198,53 +201,24 @@ def job_path(namespace: str, name: str) -> str:
     return f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}"
 
 
-def release_compile_job(name: str, *, account_dir: str, host: str, port: str, attempts: int = RELEASE_ATTEMPTS,
+def release_compile_job(name: str, *, account_dir: str, host: str, port: str, attempts: int = kube_patch.ATTEMPTS,
                         sleep: Callable[[float], None] = time.sleep, log=print) -> None:
     """Un-suspend the compile Job ``name`` (``spec.suspend=false``) in this pod's namespace."""
-    with open(os.path.join(account_dir, "token")) as f:
-        token = f.read().strip()
-    with open(os.path.join(account_dir, "namespace")) as f:
-        namespace = f.read().strip()
+    namespace = kube_patch.namespace(account_dir)
     path = job_path(namespace, name)
-    url = f"https://{f'[{host}]' if ':' in host else host}:{port}{path}"  # an IPv6 service address needs brackets
-    context = ssl.create_default_context(cafile=os.path.join(account_dir, "ca.crt"))
-    # The API server is reached directly, never through an HTTP(S)_PROXY from the environment.
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
-    body = json.dumps({"spec": {"suspend": False}}).encode()
-    for attempt in range(1, attempts + 1):
-        request = urllib.request.Request(url, data=body, method="PATCH", headers={
-            "Authorization": f"Bearer {token}", "Content-Type": MERGE_PATCH, "Accept": "application/json"})
-        try:
-            with opener.open(request, timeout=30) as response:
-                job = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            reason = _status_message(exc.read())
-            if exc.code != 429 and exc.code < 500:
-                raise StagingError(
-                    f"could not release compile Job {name}: PATCH {path} answered HTTP {exc.code}: {reason}. The staging "
-                    f"ServiceAccount needs patch on jobs/{name} (Role gennstack-serving-release-compile-jobs); the model is "
-                    "staged, so once that is fixed this Job's retry only releases the compile Job.") from None
-            problem = f"HTTP {exc.code}: {reason}"
-        except OSError as exc:  # refused, reset, timed out, TLS
-            problem = f"{type(exc).__name__}: {exc}"
-        else:
-            if (job.get("spec") or {}).get("suspend") is not False:
-                raise StagingError(f"PATCH {path} answered, but the Job's spec.suspend is {job.get('spec', {}).get('suspend')!r}, not false")
-            log(f"released compile Job {namespace}/{name} (spec.suspend=false)")
-            return
-        if attempt == attempts:
-            raise StagingError(f"could not release compile Job {name}: PATCH {path} failed {attempts} times, last with {problem}")
-        log(f"PATCH {path}: {problem}; retrying")
-        sleep(2 ** attempt)
-
-
-def _status_message(raw: bytes) -> str:
-    """The ``message`` of a Kubernetes ``Status`` body, or the start of whatever came back."""
     try:
-        message = json.loads(raw).get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return (message if isinstance(message, str) else raw[:200].decode("utf-8", "replace"))[:300]
+        job = kube_patch.merge_patch(path, {"spec": {"suspend": False}}, account_dir=account_dir, host=host, port=port,
+                                     attempts=attempts, sleep=sleep, log=log)
+    except kube_patch.Refused as exc:
+        raise StagingError(
+            f"could not release compile Job {name}: {exc}. The staging ServiceAccount needs patch on jobs/{name} (Role "
+            "gennstack-serving-release-compile-jobs); the model is staged, so once that is fixed this Job's retry only "
+            "releases the compile Job.") from None
+    except kube_patch.Unreachable as exc:
+        raise StagingError(f"could not release compile Job {name}: {exc}") from None
+    if (job.get("spec") or {}).get("suspend") is not False:
+        raise StagingError(f"PATCH {path} answered, but the Job's spec.suspend is {job.get('spec', {}).get('suspend')!r}, not false")
+    log(f"released compile Job {namespace}/{name} (spec.suspend=false)")
 
 
 def main() -> None:
@@ -260,9 +234,15 @@ def main() -> None:
         scratch=env.get("HF_HOME", "/scratch"), encodings=tuple(env.get("TIKTOKEN_ENCODINGS", "").split()),
         tiktoken_source=env.get("TIKTOKEN_SOURCE", TIKTOKEN_SOURCE),
     )
+    api = {"account_dir": env.get("SERVICE_ACCOUNT_DIR", kube_patch.SERVICE_ACCOUNT_DIR),
+           "host": env["KUBERNETES_SERVICE_HOST"], "port": env.get("KUBERNETES_SERVICE_PORT", "443")}
     if env.get("COMPILE_JOB"):
-        release_compile_job(env["COMPILE_JOB"], account_dir=env.get("SERVICE_ACCOUNT_DIR", SERVICE_ACCOUNT_DIR),
-                            host=env["KUBERNETES_SERVICE_HOST"], port=env.get("KUBERNETES_SERVICE_PORT", "443"))
+        release_compile_job(env["COMPILE_JOB"], **api)
+    # The weights are complete in S3: record it in the generation's marker, which the chart's gate reads.
+    try:
+        kube_patch.mark_staged(env["STAGED_CONFIGMAP"], "model", env["MODEL_PREFIX"], **api)
+    except RuntimeError as exc:
+        raise StagingError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -19,10 +19,9 @@ metadata:
 spec:
   restartPolicy: Never
   serviceAccountName: {{ $root.Values.serviceAccounts.staging.name }}
-  {{- if .compileJob }}
-  # stage.py releases the compile Job through the Kubernetes API with this account's token.
+  # stage.py records the model in its staged marker (and releases the compile Job) through the
+  # Kubernetes API with this account's token.
   automountServiceAccountToken: true
-  {{- end }}
   containers:
     - name: stage
       # Has python3, huggingface_hub and boto3.
@@ -48,6 +47,9 @@ spec:
         - name: TIKTOKEN_ENCODINGS
           value: {{ join " " $v.tiktokenEncodings | quote }}
         {{- end }}
+        # Where stage.py records the staged model (Role gennstack-serving-staged-markers).
+        - name: STAGED_CONFIGMAP
+          value: {{ include "gennstack-serving.stagedConfigMap" $gen | quote }}
         {{- if .compileJob }}
         # Un-suspended by stage.py once the model is staged (the Role allows patching only it).
         - name: COMPILE_JOB
@@ -87,6 +89,8 @@ metadata:
 spec:
   restartPolicy: Never
   serviceAccountName: {{ $root.Values.serviceAccounts.staging.name }}
+  # The upload records the compiled artifacts in the staged marker with this account's token.
+  automountServiceAccountToken: true
   priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
   # Never spot (on-demand or reserved): a spot reclaim mid-compile must not leave a half-written artifact set.
   {{- include "gennstack-serving.placement" (dict "gen" $gen "onDemand" true) | nindent 2 }}
@@ -127,6 +131,9 @@ spec:
           value: {{ $gen.compilePrefix | quote }}
         - name: COMPILED_DIR
           value: {{ include "gennstack-serving.compiledDir" $compile | quote }}
+        # Where the upload records the compiled artifacts (Role gennstack-serving-staged-markers).
+        - name: STAGED_CONFIGMAP
+          value: {{ include "gennstack-serving.stagedConfigMap" $gen | quote }}
       resources:
         requests:
           cpu: "4"
@@ -180,4 +187,52 @@ Call with (dict "root" $ "compileJob" <name> "stageJob" <name>).
 {{- $released := and (not (empty $compile)) (not (dig "spec" "suspend" false $compile)) }}
 {{- $staged := gt (int (dig "status" "succeeded" 0 $stage)) 0 }}
 {{- ternary "false" "true" (or $released $staged) }}
+{{- end }}
+
+{{/*
+The staged marker: the ConfigMap `<pool>-staged` (templates/staged-markers.yaml) whose keys the
+stage Job (`model-<h>`, weights complete in S3) and the compile Job's upload (`compiled-<h>`,
+compiled artifacts complete) add, each with its S3 prefix as the value; `<h>` is the first 16 hex
+digits of the prefix's sha256, as files/kube_patch.py staged_key computes it.
+*/}}
+{{- define "gennstack-serving.stagedConfigMap" -}}
+{{- printf "%s-staged" .pool }}
+{{- end }}
+{{- define "gennstack-serving.stagedKey" -}}
+{{- printf "%s-%s" .kind (sha256sum .prefix | trunc 16) }}
+{{- end }}
+
+{{/*
+"true" when a generation's servers and warm spares may request accelerator nodes: its marker holds
+the model prefix this release renders and, for Neuron, its compile-cache prefix (which carries the
+Neuron release and layout). `<gen>.staged: auto` reads the live marker with helm's `lookup` at
+install and upgrade; `helm template` and `helm lint` have no cluster (lookup returns an empty map),
+so there auto renders the gate closed. `true` or `false` force it. Call with (dict "root" $ "gen" $gen).
+*/}}
+{{- define "gennstack-serving.staged" -}}
+{{- $mode := toString (index .root.Values .gen.name).staged }}
+{{- if eq $mode "auto" }}
+{{- $marker := lookup "v1" "ConfigMap" .root.Release.Namespace (include "gennstack-serving.stagedConfigMap" .gen) }}
+{{- $data := dig "data" (dict) $marker }}
+{{- $open := eq (toString (get $data (include "gennstack-serving.stagedKey" (dict "kind" "model" "prefix" .gen.modelPrefix)))) .gen.modelPrefix }}
+{{- if .gen.neuron }}
+{{- $open = and $open (eq (toString (get $data (include "gennstack-serving.stagedKey" (dict "kind" "compiled" "prefix" .gen.compilePrefix)))) .gen.compilePrefix) }}
+{{- end }}
+{{- ternary "true" "false" $open }}
+{{- else }}
+{{- $mode }}
+{{- end }}
+{{- end }}
+
+{{/*
+What a closed gate puts in a server's or warm spare's pod spec: a scheduling gate, so the pod is
+created but never scheduled, and Karpenter (which provisions only for pods the scheduler marked
+Unschedulable) starts no node for it. Renders nothing when the gate is open. Call with (dict "root" $ "gen" $gen).
+*/}}
+{{- define "gennstack-serving.schedulingGates" -}}
+{{- if ne (include "gennstack-serving.staged" .) "true" }}
+# Closed until the generation is staged (ConfigMap {{ include "gennstack-serving.stagedConfigMap" .gen }}); the next deploy after staging opens it.
+schedulingGates:
+  - name: gennstack.io/staged
+{{- end }}
 {{- end }}

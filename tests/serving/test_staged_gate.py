@@ -1,0 +1,434 @@
+"""The staged gate: a generation's servers and warm spares request no accelerator node until its
+weights (and, Neuron, its compiled artifacts) are staged, recorded in its ``<pool>-staged`` ConfigMap.
+
+- Rendered objects (the real helm, every object validated against Kubernetes 1.36's schemas and the
+  pinned CRDs): with the gate closed, the servers' and spares' pod templates carry the scheduling
+  gate ``gennstack.io/staged`` and gen1-inf2's Ray worker group has no worker; the staging and
+  compile Jobs are never gated; the marker ConfigMaps and a patch-only Role on exactly them.
+- helm's ``lookup`` against a Kubernetes API on 127.0.0.1 (tests/serving/fake_kube_api.py), with
+  the real helm binary: what a deploy renders for each state of the marker.
+- stage.py and ``s3sync.py push`` as real processes (moto S3 + Secrets Manager with Pod Identity, a
+  fake Hub, the fake Kubernetes API enforcing the chart's own Roles): they record what they staged,
+  and the next render opens the gate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gennstack.config import ConfigError, load_config
+from gennstack.serving import ServingConfig
+from gennstack.serving.values import STAGED_MARKERS, serving_values
+from gennstack.summary import staged_gate_line
+from tests import helm
+from tests.k8s_schema import validate
+from tests.serving.aws_fakes import pod_env
+from tests.serving.conftest import (
+    BUCKETS, CHART, GENERATIONS, NAMESPACE, REQUIRED, STAGING, STAGING_USER, cdk_values, merged, only,
+)
+from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, run, workload
+from tests.serving.fake_hub import FakeHub
+
+pytestmark = pytest.mark.slow
+
+VALUES = merged(REQUIRED, STAGING, BUCKETS)
+GATE = {"name": "gennstack.io/staged"}
+ROLE = "gennstack-serving-staged-markers"
+SERVERS = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}  # Deployment / RayService names
+
+
+def gates(values: dict) -> dict[str, dict]:
+    return {name: {"staged": mode} for name, mode in values.items()}
+
+
+def pod_specs(objects: list[dict]) -> dict[str, dict]:
+    """Every pod template's spec by its owner: `gen2-trn2`, `gen1-inf2-warm-spare`, `gen1-inf2/head`,
+    `gen1-inf2/inf2` (the Ray worker group), `gen1-inf2-stage` (Jobs, less their hash)."""
+    out = {}
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Deployment":
+            out[name] = obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "Job":
+            out[name.rpartition("-")[0]] = obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "RayService":
+            cluster = obj["spec"]["rayClusterConfig"]
+            out[f"{name}/head"] = cluster["headGroupSpec"]["template"]["spec"]
+            for group in cluster["workerGroupSpecs"]:
+                out[f"{name}/{group['groupName']}"] = group["template"]["spec"]
+    return out
+
+
+def gated(objects: list[dict]) -> set[str]:
+    """The pod templates that carry the staged gate."""
+    return {name for name, spec in pod_specs(objects).items() if GATE in spec.get("schedulingGates", [])}
+
+
+def closed_set(gens: tuple[str, ...]) -> set[str]:
+    out = set()
+    for gen in gens:
+        pool = SERVERS[gen]
+        out |= {f"{pool}-warm-spare", f"{pool}/inf2" if gen == "inf2" else pool}
+    return out
+
+
+def worker_group(objects: list[dict]) -> dict:
+    [ray] = [o for o in objects if o["kind"] == "RayService"]
+    [group] = ray["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    return group
+
+
+def kind(objects: list[dict], k: str, name: str) -> dict | None:
+    return next((o for o in objects if o["kind"] == k and o["metadata"]["name"] == name), None)
+
+
+# --- the rendered gate ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", False])
+def test_a_closed_gate_schedules_no_accelerator_pod(mode) -> None:
+    """Kubernetes 1.36 (kubernetes-validate's v1.36.0 schema of PodSpec.schedulingGates): "If
+    schedulingGates is not empty, the pod will stay in the SchedulingGated state and the scheduler will
+    not attempt to schedule the pod." Karpenter v1.14.1 provisions only for pods the scheduler marked
+    Unschedulable (pkg/utils/pod/scheduling.go IsProvisionable requires FailedToSchedule, a PodScheduled
+    condition with reason `Unschedulable`; a gated pod's reason is `SchedulingGated`), the only check
+    its provisioner (pkg/controllers/provisioning/controller.go, scheduling/scheduler.go) makes. So a
+    gated pod is created and no node starts for it. A replica count of 0 alone would not hold: KEDA
+    v2.20.2 scales a target below minReplicaCount back up to it (pkg/scaling/executor/
+    scale_scaledobjects.go RequestScale, "ScaleTarget replicas count to correct value"), and the
+    interruption handler's reconciler sets the spares' count every minute. While closed, the
+    ScaledObjects also carry `autoscaling.keda.sh/paused-replicas: "0"`: KEDA v2.20.2
+    (controllers/keda/scaledobject_controller.go handlePause) stops the scale loop, deletes the HPA
+    and scales the target to that count, so no gated server pod waits (and pages as Pending) either;
+    once the annotation is gone the scale loop brings a target below minReplicaCount up to it (RequestScale).
+    `helm template` has no cluster (helm v4.2.3 pkg/engine/funcs.go: its `lookup` placeholder returns
+    an empty map), so `auto` renders closed there.
+
+    gen1-inf2: the Ray worker group has no worker and the autoscaler may add none (replicas,
+    minReplicas, maxReplicas 0). KubeRay v1.7.0 (ray-operator/controllers/ray/utils/util.go
+    GenerateHashWithoutReplicasAndWorkersToDelete) leaves those three and every template's
+    schedulingGates out of the RayCluster hash, so the worker template carries
+    `gennstack.io/staged: "false"`: opening the gate changes the hash and KubeRay prepares a new
+    cluster (rayservice_controller.go shouldPrepareNewCluster, NewCluster strategy); without it the
+    RayService would keep its workerless cluster."""
+    objects = helm.render(CHART, merged(VALUES, gates(dict.fromkeys(GENERATIONS, mode))), namespace=NAMESPACE)
+    for obj in objects:
+        validate(obj)
+    assert gated(objects) == closed_set(GENERATIONS)
+    group = worker_group(objects)
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 0)
+    assert group["template"]["metadata"]["annotations"]["gennstack.io/staged"] == "false"
+    for pool in ("gen2-trn2", "gen3-g6e"):
+        assert kind(objects, "ScaledObject", pool)["metadata"]["annotations"] == {"autoscaling.keda.sh/paused-replicas": "0"}
+    specs = pod_specs(objects)
+    # Never gated: the Jobs that stage and compile (compile Jobs need their accelerator node), the
+    # Ray head and its Redis (general pool, CPU).
+    for name in ("gen1-inf2-stage", "gen1-inf2-compile", "gen2-trn2-stage", "gen2-trn2-compile", "gen3-g6e-stage",
+                 "gen1-inf2/head", "gen1-inf2-redis"):
+        assert "schedulingGates" not in specs[name], name
+    assert "nvidia.com/gpu" not in json.dumps(specs["gen1-inf2/head"]) and "aws.amazon.com/neuron" not in json.dumps(specs["gen1-inf2/head"])
+
+
+def test_an_open_gate_renders_the_servers_as_before() -> None:
+    objects = helm.render(CHART, merged(VALUES, gates(dict.fromkeys(GENERATIONS, True))), namespace=NAMESPACE)
+    for obj in objects:
+        validate(obj)
+    assert gated(objects) == set()
+    group = worker_group(objects)
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 2)
+    assert "gennstack.io/staged" not in group["template"]["metadata"]["annotations"]
+    assert all("annotations" not in o["metadata"] for o in objects if o["kind"] == "ScaledObject")
+    # Open is what the chart rendered before the gate existed: a staged deployment that upgrades sees no change.
+    default = helm.render(CHART, merged(REQUIRED, gates(dict.fromkeys(GENERATIONS, True))), namespace=NAMESPACE)
+    assert not [o for o in default if "gennstack.io/staged" in json.dumps(o) and o["kind"] != "ConfigMap"]
+
+
+def test_the_gate_is_per_generation() -> None:
+    objects = helm.render(CHART, merged(VALUES, gates({"inf2": False, "trn2": True, "g6e": "auto"})), namespace=NAMESPACE)
+    assert gated(objects) == closed_set(("inf2", "g6e"))
+
+
+def test_a_bad_gate_value_is_refused() -> None:
+    proc = helm.template(CHART, merged(VALUES, gates({"g6e": "yes"})))
+    assert proc.returncode != 0 and "at '/g6e/staged': value must be one of 'auto', true, false" in proc.stderr
+
+
+def test_the_markers_and_a_patch_only_role_on_exactly_them() -> None:
+    """RBAC cannot scope `create` by resourceNames (rbac/v1 PolicyRule.resourceNames; the object's name
+    is not known at authorization time), so the chart creates the ConfigMaps and the staging
+    ServiceAccount may only patch them (a JSON merge patch needs nothing else: no get, no list)."""
+    objects = helm.render(CHART, VALUES, namespace=NAMESPACE)
+    markers = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-staged")]
+    assert [m["metadata"]["name"] for m in markers] == [STAGED_MARKERS[g] for g in GENERATIONS]
+    for marker in markers:
+        # No data: helm never owns a key, so no upgrade (three-way or server-side apply) removes what
+        # the Jobs recorded; kept on uninstall (helm v4.2.3 pkg/kube/client.go skips deleting objects
+        # annotated helm.sh/resource-policy: keep, pkg/action/resource_policy.go filterManifestsToKeep).
+        assert "data" not in marker and "binaryData" not in marker
+        assert marker["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    role = kind(objects, "Role", ROLE)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"],
+                              "resourceNames": [STAGED_MARKERS[g] for g in GENERATIONS]}]
+    binding = kind(objects, "RoleBinding", ROLE)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gennstack-staging", "namespace": NAMESPACE}]
+    # Every Job that records (stage, compile upload) names its marker and mounts the account token.
+    specs = pod_specs(objects)
+    for gen, pool in SERVERS.items():
+        stage = specs[f"{pool}-stage"]
+        assert stage["automountServiceAccountToken"] is True
+        assert {"name": "STAGED_CONFIGMAP", "value": STAGED_MARKERS[gen]} in stage["containers"][0]["env"]
+        if gen != "g6e":
+            compile_spec = specs[f"{pool}-compile"]
+            [upload] = compile_spec["containers"]
+            assert compile_spec["automountServiceAccountToken"] is True
+            assert {"name": "STAGED_CONFIGMAP", "value": STAGED_MARKERS[gen]} in upload["env"]
+
+
+def test_markers_follow_the_enabled_generations_and_the_role_needs_staging() -> None:
+    g6e = helm.render(CHART, merged(VALUES, only("g6e")), namespace=NAMESPACE)
+    assert [o["metadata"]["name"] for o in g6e if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-staged")] == ["gen3-g6e-staged"]
+    assert kind(g6e, "Role", ROLE)["rules"][0]["resourceNames"] == ["gen3-g6e-staged"]
+    # Staging off: the markers stay (they gate the servers), the Jobs and the Role that lets them record do not.
+    off = helm.render(CHART, REQUIRED, namespace=NAMESPACE)
+    assert kind(off, "ConfigMap", "gen2-trn2-staged") is not None
+    assert kind(off, "Role", ROLE) is None and kind(off, "RoleBinding", ROLE) is None
+
+
+# --- the typed values ------------------------------------------------------------------------------
+
+
+def test_serving_values_default_to_auto_and_check_the_gate() -> None:
+    values = cdk_values()
+    assert {g: values[g]["staged"] for g in GENERATIONS} == {"inf2": "auto", "trn2": "auto", "g6e": "auto"}
+    forced = serving_values(load_config({}), ServingConfig(), models_bucket="m", compile_cache_bucket="c", region="us-east-1",
+                            hf_token_secret="s", staged={"trn2": True, "g6e": False})
+    assert (forced["inf2"]["staged"], forced["trn2"]["staged"], forced["g6e"]["staged"]) == ("auto", True, False)
+    for staged, message in (({"trn2": 1}, "serving_values: staged.trn2: got 1; allowed: 'auto', True or False"),
+                            ({"trn2": "yes"}, "serving_values: staged.trn2: got 'yes'; allowed: 'auto', True or False"),
+                            ({"gen2": True}, "serving_values: staged: got generation 'gen2'; allowed: one of ['inf2', 'trn2', 'g6e']")):
+        with pytest.raises(ConfigError) as info:
+            serving_values(load_config({}), ServingConfig(), models_bucket="m", compile_cache_bucket="c", region="us-east-1",
+                           hf_token_secret="s", staged=staged)
+        assert str(info.value) == message
+    # The CDK's values render, closed under helm template.
+    assert gated(helm.render(CHART, values, namespace=NAMESPACE)) == closed_set(GENERATIONS)
+
+
+def test_summary_says_what_the_servers_wait_for_and_what_opens_the_gate() -> None:
+    inf2 = staged_gate_line("inf2", {"model_id": "meta-llama/Meta-Llama-3-70B-Instruct", "model_revision": "abc"}, staging=False)
+    assert inf2 == ("Staged gate: no inf2 node until ConfigMap gen1-inf2-staged records meta-llama/Meta-Llama-3-70B-Instruct/abc/ "
+                    "and its compiled artifacts (servers and warm spares wait, scheduling-gated); the stage and compile Jobs "
+                    "record it, the next deploy opens the gate; staging off: deploy with serving.staging: true, then again")
+    g6e = staged_gate_line("g6e", {"model_id": "openai/gpt-oss-20b", "model_revision": "main"}, staging=True)
+    assert "ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/ (" in g6e and "the stage Job records it" in g6e
+    assert g6e.endswith("staging on: deploy again once they finish")
+
+
+# --- helm's lookup: what a deploy renders for each state of the marker ---------------------------------
+
+
+def key(kind_: str, prefix: str) -> str:
+    """files/kube_patch.py staged_key and the chart's gennstack-serving.stagedKey, written out once more."""
+    return f"{kind_}-{hashlib.sha256(prefix.encode()).hexdigest()[:16]}"
+
+
+def prefixes(api) -> dict[str, dict[str, str]]:
+    """The model and compile-cache prefixes the chart renders, from the containers' env."""
+    out: dict[str, dict[str, str]] = {}
+    for gen, pool in SERVERS.items():
+        env = {e["name"]: e["value"] for e in workload(containers(api.rendered), f"{pool}-stage", "stage")["env"] if "value" in e}
+        out[gen] = {"model": env["MODEL_PREFIX"]}
+        if gen != "g6e":
+            upload = workload(containers(api.rendered), f"{pool}-compile", "upload")
+            out[gen]["compiled"] = {e["name"]: e["value"] for e in upload["env"] if "value" in e}["COMPILE_PREFIX"]
+    return out
+
+
+def containers(objects: list[dict]) -> dict:
+    out = {}
+    for obj in objects:
+        for spec in pod_specs([obj]).values():
+            owner = obj["metadata"]["name"]
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                out[(owner, c["name"])] = c
+    return out
+
+
+def render_live(api, values: dict = VALUES) -> list[dict]:
+    """What `cdk deploy` (helm upgrade) applies: the chart rendered with `lookup` reading the fake cluster."""
+    proc = helm.run("template", helm.RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=server",
+                    "--disable-openapi-validation", "--kubeconfig", str(api.kubeconfig), values=values)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def record(api, gen: str, **data: str) -> None:
+    api.configmaps[(NAMESPACE, STAGED_MARKERS[gen])].setdefault("data", {}).update(data)
+
+
+def test_lookup_opens_a_generation_once_its_marker_holds_what_it_renders(kube_api) -> None:
+    keys = prefixes(kube_api)
+    assert gated(render_live(kube_api)) == closed_set(GENERATIONS)  # a first deploy: empty markers
+    # g6e needs its weights only.
+    record(kube_api, "g6e", **{key("model", keys["g6e"]["model"]): keys["g6e"]["model"]})
+    # trn2's weights without its compiled artifacts: still closed.
+    record(kube_api, "trn2", **{key("model", keys["trn2"]["model"]): keys["trn2"]["model"]})
+    # inf2: artifacts of another Neuron release (another prefix) do not count.
+    other = keys["inf2"]["compiled"].replace("neuron-2.28.0/", "neuron-2.27.0/")
+    record(kube_api, "inf2", **{key("model", keys["inf2"]["model"]): keys["inf2"]["model"], key("compiled", other): other})
+    rendered = render_live(kube_api)
+    assert gated(rendered) == closed_set(("inf2", "trn2"))
+    record(kube_api, "trn2", **{key("compiled", keys["trn2"]["compiled"]): keys["trn2"]["compiled"]})
+    record(kube_api, "inf2", **{key("compiled", keys["inf2"]["compiled"]): keys["inf2"]["compiled"]})
+    rendered = render_live(kube_api)
+    assert gated(rendered) == set()
+    group = worker_group(rendered)
+    assert (group["replicas"], group["maxReplicas"]) == (1, 2) and "gennstack.io/staged" not in group["template"]["metadata"]["annotations"]
+    # Another revision is another prefix: closed again until it is staged, while the old keys stay recorded.
+    moved = render_live(kube_api, merged(VALUES, {"g6e": {"revision": "0123abc"}}))
+    assert gated(moved) == closed_set(("g6e",))
+    # A forced value wins over the marker.
+    assert gated(render_live(kube_api, merged(VALUES, gates({"trn2": False})))) == closed_set(("trn2",))
+    # (helm also reads every object it would create, for its ownership check.)
+    looked_up = {r.path for r in kube_api.requests if r.method == "GET" and "/configmaps/" in r.path}
+    assert looked_up >= {f"/api/v1/namespaces/{NAMESPACE}/configmaps/{STAGED_MARKERS[g]}" for g in GENERATIONS}
+
+
+# --- the Jobs record what they staged (real processes) ----------------------------------------------------
+
+
+@pytest.fixture
+def hub():
+    fake = FakeHub("openai/gpt-oss-20b", HUB_FILES, commit=COMMIT, refs={"main": COMMIT}, token="hf_test")
+    yield fake
+    fake.stop()
+
+
+@pytest.fixture(scope="module")
+def hf_secret(moto) -> str:
+    name = STAGING["staging"]["hfTokenSecret"]
+    moto.client("secretsmanager").create_secret(Name=name, SecretString='{"token": "hf_test"}')
+    return name
+
+
+def live_compile_jobs(api) -> None:
+    """The compile Jobs as helm created them (suspended), so the inf2 stage Job can release its own."""
+    for obj in api.rendered:
+        if obj["kind"] == "Job" and "-compile-" in obj["metadata"]["name"]:
+            job = json.loads(json.dumps(obj))
+            job["metadata"]["namespace"] = NAMESPACE
+            job["metadata"]["annotations"].update({"meta.helm.sh/release-name": helm.RELEASE, "meta.helm.sh/release-namespace": NAMESPACE})
+            api.jobs[(NAMESPACE, obj["metadata"]["name"])] = job
+
+
+def stage(api, moto, agent, hub, root: Path, pool: str, prefix: str, **overrides: str):
+    container = workload(containers(api.rendered), f"{pool}-stage", "stage")
+    # No tiktoken encodings: the fake Hub's stand-ins cannot have the pinned digests (test_pod_identity.py).
+    env = pod_env(root / "home", agent, AWS_ENDPOINT_URL=moto.endpoint, HF_ENDPOINT=hub.endpoint,
+                  **env_with_prefixes(container, root, MODEL_PREFIX=prefix, TIKTOKEN_ENCODINGS="", **api.env, **overrides))
+    Path(env["HF_HOME"]).mkdir(parents=True, exist_ok=True)
+    return run(container, env, root)
+
+
+def upload(api, moto, agent, root: Path, pool: str, prefix: str, *, skip: bool = False):
+    container = workload(containers(api.rendered), f"{pool}-compile", "upload")
+    env = pod_env(root / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, root, COMPILE_PREFIX=prefix, **api.env))
+    (root / "work").mkdir(parents=True, exist_ok=True)
+    if skip:  # the compile Job's sync found the artifacts complete in S3 already
+        (root / "work" / "skip").touch()
+    else:
+        compiled = Path(env["COMPILED_DIR"])
+        compiled.mkdir(parents=True, exist_ok=True)
+        (compiled / "model.neff").write_bytes(b"n" * 100)
+        (root / "work" / "compiled").touch()
+    return run(container, env, root)
+
+
+def test_the_stage_job_and_the_compile_upload_record_what_they_staged_and_the_next_deploy_opens(
+        kube_api, moto, agent, hub, hf_secret, tmp_path) -> None:
+    live_compile_jobs(kube_api)
+    keys = prefixes(kube_api)
+    # g6e: the stage Job alone opens it.
+    proc = stage(kube_api, moto, agent, hub, tmp_path / "g6e", "gen3-g6e", keys["g6e"]["model"])
+    assert proc.returncode == 0, proc.stderr
+    marker_path = f"/api/v1/namespaces/{NAMESPACE}/configmaps/gen3-g6e-staged"
+    [patch] = [p for p in kube_api.patches() if p.path == marker_path]
+    assert patch.headers["content-type"] == "application/merge-patch+json"
+    assert patch.headers["authorization"].startswith("Bearer eyJ")
+    assert patch.body == {"data": {key("model", keys["g6e"]["model"]): keys["g6e"]["model"]}}
+    assert f"recorded model {keys['g6e']['model']} in ConfigMap {NAMESPACE}/gen3-g6e-staged" in proc.stdout
+    # inf2: the stage Job releases its compile Job and records the weights; closed until the upload records the artifacts.
+    # (The fake Hub serves one repository; the key prefix, which the marker records, is inf2's.)
+    proc = stage(kube_api, moto, agent, hub, tmp_path / "inf2", "gen1-inf2", keys["inf2"]["model"], MODEL_ID="openai/gpt-oss-20b")
+    assert proc.returncode == 0, proc.stderr
+    assert "released compile Job" in proc.stdout
+    assert gated(render_live(kube_api)) == closed_set(("inf2", "trn2"))
+    proc = upload(kube_api, moto, agent, tmp_path / "inf2-upload", "gen1-inf2", keys["inf2"]["compiled"])
+    assert proc.returncode == 0, proc.stderr
+    assert moto.client("s3").head_object(Bucket="compile-cache", Key=keys["inf2"]["compiled"] + ".gennstack-complete")
+    # trn2: artifacts already in S3 (the compile Job skipped): the upload still records them.
+    kube_api.configmaps[(NAMESPACE, "gen2-trn2-staged")]["data"] = {key("model", keys["trn2"]["model"]): keys["trn2"]["model"]}
+    proc = upload(kube_api, moto, agent, tmp_path / "trn2-upload", "gen2-trn2", keys["trn2"]["compiled"], skip=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "already compiled: nothing to upload" in proc.stdout
+    # Merged key by key: each marker holds both of its keys.
+    assert kube_api.configmaps[(NAMESPACE, "gen1-inf2-staged")]["data"] == {
+        key("model", keys["inf2"]["model"]): keys["inf2"]["model"], key("compiled", keys["inf2"]["compiled"]): keys["inf2"]["compiled"]}
+    assert len(kube_api.configmaps[(NAMESPACE, "gen2-trn2-staged")]["data"]) == 2
+    assert gated(render_live(kube_api)) == set()
+
+
+@pytest.mark.parametrize("case", ["another-namespace", "no-marker"])
+def test_a_refused_record_fails_the_job_and_names_the_role(kube_api, moto, agent, hub, hf_secret, tmp_path, case) -> None:
+    """The Role lets the staging account patch only the rendered markers in the release's namespace;
+    a merge patch never creates the ConfigMap (404). Either way the Job fails with the API server's reason."""
+    keys = prefixes(kube_api)
+    if case == "another-namespace":
+        (Path(kube_api.env["SERVICE_ACCOUNT_DIR"]) / "namespace").write_text("default")
+    else:
+        del kube_api.configmaps[(NAMESPACE, "gen3-g6e-staged")]
+    proc = stage(kube_api, moto, agent, hub, tmp_path, "gen3-g6e", keys["g6e"]["model"])
+    assert proc.returncode != 0
+    namespace = "default" if case == "another-namespace" else NAMESPACE
+    path = f"/api/v1/namespaces/{namespace}/configmaps/gen3-g6e-staged"
+    status = 403 if case == "another-namespace" else 404
+    assert f"could not record {keys['g6e']['model']} in ConfigMap gen3-g6e-staged: PATCH {path} answered HTTP {status}: " in proc.stderr
+    if status == 403:
+        assert (f'configmaps "gen3-g6e-staged" is forbidden: User "{STAGING_USER}" cannot patch resource "configmaps" in API '
+                f'group "" in the namespace "default"') in proc.stderr
+    assert f"Role {ROLE}" in proc.stderr
+    assert len(kube_api.patches()) == 1  # refused is final, not retried
+
+
+def test_the_staging_account_can_read_no_marker(kube_api) -> None:
+    """The Role grants patch only: the fake API (RBAC evaluated as Kubernetes does) refuses a GET."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    account = Path(kube_api.env["SERVICE_ACCOUNT_DIR"])
+    context = ssl.create_default_context(cafile=str(account / "ca.crt"))
+    request = urllib.request.Request(f"https://127.0.0.1:{kube_api.port}/api/v1/namespaces/{NAMESPACE}/configmaps/gen3-g6e-staged",
+                                     headers={"Authorization": f"Bearer {(account / 'token').read_text().strip()}"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, context=context, timeout=10)
+    assert info.value.code == 403
+
+
+def test_notes_name_the_generations_that_wait_for_staging() -> None:
+    proc = helm.run("install", helm.RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                    values=merged(REQUIRED, gates({"trn2": True})))
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout[proc.stdout.index("NOTES:"):]
+    assert "gen1-inf2: waiting for staging. Its servers and warm spares are scheduling-gated (no inf2 node)" in notes
+    assert ("until ConfigMap gen1-inf2-staged records meta-llama/Meta-Llama-3-70B-Instruct/main/ and "
+            "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-seqs20-len8192/,") in notes
+    assert "until ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/,\n    which the stage Job (staging.enabled) writes;" in notes
+    assert "gen2-trn2: waiting" not in notes  # open
