@@ -104,6 +104,7 @@ METRICS: dict[str, str] = {
     # kube-state-metrics
     "kube_pod_status_ready": _KSM,
     "kube_pod_status_phase": _KSM,
+    "kube_pod_status_reason": _KSM,
     "kube_pod_labels": _KSM,
     "kube_pod_container_resource_requests": _KSM,
     "kube_node_labels": _KSM,

@@ -101,11 +101,18 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
             },
         },
         {
+            # A pod held by a scheduling gate (a generation whose staged marker is not yet written,
+            # docs/serving.md "The staged gate") is Pending by design and asks for no node: the
+            # scheduler sets its PodScheduled condition to reason SchedulingGated, which
+            # kube-state-metrics v2.19.1 exports as kube_pod_status_reason{reason="SchedulingGated"}
+            # (internal/store/pod.go podStatusReasons, getPodStatusReasonValue reads condition reasons).
             "alert": "GenNStackAcceleratorPodPending",
             "expr": (
                 '(max by (namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1)'
                 " and on (namespace, pod) "
                 f'(max by (namespace, pod) (kube_pod_container_resource_requests{{resource=~"{"|".join(ACCELERATOR_RESOURCES)}"}}) > 0)'
+                " unless on (namespace, pod) "
+                '(max by (namespace, pod) (kube_pod_status_reason{reason="SchedulingGated"}) == 1)'
             ),
             "for": f"{alerts.pending_pod_minutes}m",
             "labels": {"severity": "warning"},

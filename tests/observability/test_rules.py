@@ -152,15 +152,21 @@ def test_kv_cache_full(tmp_path: Path) -> None:
 
 
 def test_pending_accelerator_pods(tmp_path: Path) -> None:
-    """An accelerator pod Pending past 15 minutes fires; a CPU-only Pending pod and a Running GPU pod do not."""
-    def pod(name: str, pending: str, resource: str) -> list[dict[str, str]]:
+    """An accelerator pod Pending past 15 minutes fires; a CPU-only Pending pod, a Running GPU pod and a
+    GPU pod held by a scheduling gate (the staged gate: its PodScheduled condition's reason is
+    SchedulingGated, exported by kube-state-metrics v2.19.1 as kube_pod_status_reason, 0 or 1 for
+    each listed reason) do not."""
+    def pod(name: str, pending: str, resource: str, gated: str = "0x40") -> list[dict[str, str]]:
         return [
             {"series": f'kube_pod_status_phase{{namespace="{NS}", pod="{name}", phase="Pending"}}', "values": pending},
             {"series": f'kube_pod_container_resource_requests{{namespace="{NS}", pod="{name}", container="c", '
                        f'resource="{resource}", unit="integer"}}', "values": "1x40"},
+            {"series": f'kube_pod_status_reason{{namespace="{NS}", pod="{name}", reason="SchedulingGated"}}',
+             "values": gated},
         ]
     series = [*pod("gpu", "1x40", "nvidia_com_gpu"), *pod("neuron", "1x40", "aws_amazon_com_neuron"),
-              *pod("cpu", "1x40", "cpu"), *pod("running-gpu", "0x40", "nvidia_com_gpu")]
+              *pod("cpu", "1x40", "cpu"), *pod("running-gpu", "0x40", "nvidia_com_gpu"),
+              *pod("gated-gpu", "1x40", "nvidia_com_gpu", gated="1x40")]
     fired = [{"severity": "warning", "namespace": NS, "pod": name} for name in ("gpu", "neuron")]
     _promtool_test(tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": [
         _alerts("GenNStackAcceleratorPodPending", "10m", []),
