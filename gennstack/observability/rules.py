@@ -38,6 +38,13 @@ def _ready_replicas(namespace: str, pool: str) -> str:
     )
 
 
+def _waiting_for_staging(namespace: str, pool: str) -> str:
+    """Pods of ``pool`` labelled by the serving chart's closed staged gate (gennstack.io/staged: "false"
+    on servers, warm spares and gen1's Ray head: templates/_staging.tpl stagedLabel)."""
+    return (f'count(kube_pod_labels{{namespace="{namespace}", label_app_kubernetes_io_name="{pool}",'
+            f' label_gennstack_io_staged="false"}}) > 0')
+
+
 def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
     """The alerting rules, for the enabled ``generations`` (names as in config: inf2, trn2, g6e)."""
     alerts = config.alerts
@@ -46,14 +53,18 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
         pool = POOLS[generation]
         rules.append({
             "alert": "GenNStackNoReadyReplica",
-            # "or vector(0)": no serving pod at all is no ready replica too.
-            "expr": f"({_ready_replicas(serving_namespace, pool)} or vector(0)) == 0",
+            # "or vector(0)": no serving pod at all is no ready replica too. Not while the generation
+            # waits to be staged (its gate closed: docs/serving.md "The staged gate"): hours of
+            # staging after the first deploy are the documented order, not an outage to page on.
+            "expr": (f"({_ready_replicas(serving_namespace, pool)} or vector(0)) == 0"
+                     f" unless on () ({_waiting_for_staging(serving_namespace, pool)})"),
             "for": "10m",
             "labels": {"severity": "critical", names.GENERATION_LABEL: pool},
             "annotations": {
                 "summary": f"{pool} has no ready replica",
                 "description": f"No serving pod of {pool} in {serving_namespace} has been Ready for 10 minutes: "
-                               "the gateway fails over to another generation or returns errors for its model.",
+                               "the gateway fails over to another generation or returns errors for its model. "
+                               "(Quiet while the generation's staged gate is closed.)",
             },
         })
     slo = alerts.ttft_p95_slo_seconds

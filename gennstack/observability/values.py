@@ -56,7 +56,8 @@ DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
 # (--metric-labels-allowlist); the dashboards and alerts join on them.
 KSM_LABELS_ALLOWLIST = [
     "nodes=[karpenter.sh/capacity-type,karpenter.sh/nodepool,node.kubernetes.io/instance-type,gennstack.io/generation]",
-    "pods=[app.kubernetes.io/name,app.kubernetes.io/component]",
+    # gennstack.io/staged: "false" marks the pods of a generation whose staged gate is closed.
+    "pods=[app.kubernetes.io/name,app.kubernetes.io/component,gennstack.io/staged]",
 ]
 NVIDIA_GPU_TAINT = "nvidia.com/gpu"
 

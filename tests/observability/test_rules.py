@@ -89,6 +89,31 @@ def test_no_ready_replica(tmp_path: Path) -> None:
     ])
 
 
+def test_no_ready_replica_is_quiet_while_a_generation_waits_to_be_staged(tmp_path: Path) -> None:
+    """The serving chart labels a closed staged gate's pods `gennstack.io/staged: "false"` (servers and
+    warm spares; gen1, which has no worker then, on its Ray head), kube-state-metrics exports the label
+    (its allowlist in gennstack/observability/values.py) as label_gennstack_io_staged: no page for the
+    hours of staging. Once a deploy opens the gate, pods without the label that never get Ready fire."""
+    def pod(pool: str, name: str, component: str, ready: str, staged: bool) -> list[dict[str, str]]:
+        label = ', label_gennstack_io_staged="false"' if staged else ""
+        return [
+            {"series": f'kube_pod_status_ready{{namespace="{NS}", pod="{name}", condition="true"}}', "values": ready},
+            {"series": f'kube_pod_labels{{namespace="{NS}", pod="{name}", label_app_kubernetes_io_name="{pool}", '
+                       f'label_app_kubernetes_io_component="{component}"{label}}}', "values": "1x40"},
+        ]
+    waiting = [*pod("gen2-trn2", "gen2-trn2-a", "server", "0x40", True),
+               *pod("gen1-inf2", "gen1-inf2-head-a", "ray-head", "1x40", True),
+               *pod("gen3-g6e", "gen3-g6e-a", "server", "1x40", False)]
+    opened = [*pod("gen2-trn2", "gen2-trn2-b", "server", "0x40", False),
+              *pod("gen1-inf2", "gen1-inf2-head-b", "ray-head", "1x40", False),
+              *pod("gen3-g6e", "gen3-g6e-a", "server", "1x40", False)]
+    _promtool_test(tmp_path, [
+        {"interval": "1m", "input_series": waiting, "alert_rule_test": [_alerts("GenNStackNoReadyReplica", "30m", [])]},
+        {"interval": "1m", "input_series": opened, "alert_rule_test": [_alerts("GenNStackNoReadyReplica", "30m", [
+            {"severity": "critical", "generation": pool} for pool in ("gen1-inf2", "gen2-trn2")])]},
+    ])
+
+
 def _histogram(metric: str, labels: str, per_minute: dict[str, int], minutes: int = 40) -> list[dict[str, str]]:
     """Cumulative bucket counters growing by ``per_minute[le]`` each minute."""
     return [{"series": f'{metric}{{{labels}, le="{le}"}}', "values": f"0+{step}x{minutes}"} for le, step in per_minute.items()]

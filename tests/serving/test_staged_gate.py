@@ -69,6 +69,23 @@ def gated(objects: list[dict]) -> set[str]:
     return {name for name, spec in pod_specs(objects).items() if GATE in spec.get("schedulingGates", [])}
 
 
+def labelled(objects: list[dict]) -> set[str]:
+    """The pod templates labelled `gennstack.io/staged: "false"` (what the alert rule reads)."""
+    out = set()
+    for obj in objects:
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Deployment":
+            templates = {name: obj["spec"]["template"]}
+        elif obj["kind"] == "RayService":
+            cluster = obj["spec"]["rayClusterConfig"]
+            templates = {f"{name}/head": cluster["headGroupSpec"]["template"],
+                         **{f"{name}/{g['groupName']}": g["template"] for g in cluster["workerGroupSpecs"]}}
+        else:
+            continue
+        out |= {n for n, t in templates.items() if t["metadata"].get("labels", {}).get("gennstack.io/staged") == "false"}
+    return out
+
+
 def closed_set(gens: tuple[str, ...]) -> set[str]:
     out = set()
     for gen in gens:
@@ -101,11 +118,11 @@ def test_a_closed_gate_schedules_no_accelerator_pod(mode) -> None:
     gated pod is created and no node starts for it. A replica count of 0 alone would not hold: KEDA
     v2.20.2 scales a target below minReplicaCount back up to it (pkg/scaling/executor/
     scale_scaledobjects.go RequestScale, "ScaleTarget replicas count to correct value"), and the
-    interruption handler's reconciler sets the spares' count every minute. While closed, the
-    ScaledObjects also carry `autoscaling.keda.sh/paused-replicas: "0"`: KEDA v2.20.2
-    (controllers/keda/scaledobject_controller.go handlePause) stops the scale loop, deletes the HPA
-    and scales the target to that count, so no gated server pod waits (and pages as Pending) either;
-    once the annotation is gone the scale loop brings a target below minReplicaCount up to it (RequestScale).
+    interruption handler's reconciler sets the spares' count every minute. The ScaledObjects are not
+    paused (KEDA's `autoscaling.keda.sh/paused-replicas: "0"` would scale a live generation whose
+    revision changed to 0 at once; gated, its rollout stops after one pod: maxUnavailable 1, maxSurge
+    0). Gated pods, and gen1's Ray head (gen1 has no worker pod then), carry the label
+    `gennstack.io/staged: "false"`, which kube-state-metrics exports for the no-ready-replica alert.
     `helm template` has no cluster (helm v4.2.3 pkg/engine/funcs.go: its `lookup` placeholder returns
     an empty map), so `auto` renders closed there.
 
@@ -123,8 +140,8 @@ def test_a_closed_gate_schedules_no_accelerator_pod(mode) -> None:
     group = worker_group(objects)
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (0, 0, 0)
     assert group["template"]["metadata"]["annotations"]["gennstack.io/staged"] == "false"
-    for pool in ("gen2-trn2", "gen3-g6e"):
-        assert kind(objects, "ScaledObject", pool)["metadata"]["annotations"] == {"autoscaling.keda.sh/paused-replicas": "0"}
+    assert all("annotations" not in o["metadata"] for o in objects if o["kind"] == "ScaledObject")
+    assert labelled(objects) == closed_set(GENERATIONS) - {"gen1-inf2/inf2"} | {"gen1-inf2/head"}
     specs = pod_specs(objects)
     # Never gated: the Jobs that stage and compile (compile Jobs need their accelerator node), the
     # Ray head and its Redis (general pool, CPU).
@@ -138,7 +155,7 @@ def test_an_open_gate_renders_the_servers_as_before() -> None:
     objects = helm.render(CHART, merged(VALUES, gates(dict.fromkeys(GENERATIONS, True))), namespace=NAMESPACE)
     for obj in objects:
         validate(obj)
-    assert gated(objects) == set()
+    assert gated(objects) == set() and labelled(objects) == set()
     group = worker_group(objects)
     assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 2)
     assert "gennstack.io/staged" not in group["template"]["metadata"]["annotations"]
@@ -151,6 +168,7 @@ def test_an_open_gate_renders_the_servers_as_before() -> None:
 def test_the_gate_is_per_generation() -> None:
     objects = helm.render(CHART, merged(VALUES, gates({"inf2": False, "trn2": True, "g6e": "auto"})), namespace=NAMESPACE)
     assert gated(objects) == closed_set(("inf2", "g6e"))
+    assert labelled(objects) == {"gen1-inf2/head", "gen1-inf2-warm-spare", "gen3-g6e", "gen3-g6e-warm-spare"}
 
 
 def test_a_bad_gate_value_is_refused() -> None:

@@ -236,3 +236,15 @@ schedulingGates:
   - name: gennstack.io/staged
 {{- end }}
 {{- end }}
+
+{{/*
+The label a closed gate puts on a generation's pods (servers, warm spares, gen1's Ray head):
+`gennstack.io/staged: "false"`. kube-state-metrics exports it (kube_pod_labels, its allowlist in
+gennstack/observability/values.py), so GenNStackNoReadyReplica stays quiet for a generation that
+is waiting to be staged. Renders nothing when the gate is open. Call with (dict "root" $ "gen" $gen).
+*/}}
+{{- define "gennstack-serving.stagedLabel" -}}
+{{- if ne (include "gennstack-serving.staged" .) "true" }}
+gennstack.io/staged: "false"
+{{- end }}
+{{- end }}
