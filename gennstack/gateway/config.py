@@ -40,6 +40,7 @@ __all__ = [
     "ResilienceConfig",
     "Route",
     "RouteBackend",
+    "RoutingConfig",
     "RoutingTable",
     "TlsConfig",
     "routing_table",
@@ -297,6 +298,55 @@ class LangfuseConfig(StrictModel):
         return self
 
 
+RoutingMode = Literal["prefix", "least_request"]
+# The header the gateway's Lua filter writes the request's prefix key into (never the client's copy),
+# and the one a client may send to name its conversation (it then replaces the prompt prefix as the key).
+PREFIX_KEY_HEADER = "x-gennstack-prefix-key"
+SESSION_HEADER = "x-gennstack-session"
+# Generations whose servers can take prefix routing. gen1 (inf2) is Ray Serve behind one KubeRay
+# Service: the gateway sees one host, the Serve proxy, which picks the replica itself, so hashing
+# in Envoy would pick a proxy, never a replica's cache.
+PREFIX_ROUTABLE = ("trn2", "g6e")
+
+
+class RoutingConfig(StrictModel):
+    """How a model's requests are spread over its servers (docs/gateway.md, "Prefix-aware routing").
+
+    ``prefix``: Envoy's Maglev consistent hash with bounded load on a key the gateway computes from
+    the prompt's leading messages, so a conversation's turns and requests with one long system
+    prompt go to the server that already holds that prefix in its KV cache, unless that server has
+    more than ``hash_balance_factor`` % of the mean in-flight requests. ``least_request``: Envoy
+    Gateway's default, blind to the cache."""
+
+    # Per generation. Default: prefix for gen3 (vLLM with its prefix cache on, 2-6 replicas);
+    # least_request for gen2 (vLLM on Neuron runs with prefix caching off: nothing to route to) and
+    # gen1 (one Ray Serve Service: see PREFIX_ROUTABLE).
+    generations: dict[Generation, RoutingMode] = Field(
+        default_factory=lambda: {"inf2": "least_request", "trn2": "least_request", "g6e": "prefix"})
+    # Bytes of the prompt's text (the leading messages up to and including the first user message,
+    # as decoded strings) that make the key: requests that agree on these bytes share a server.
+    # 1024 bytes are ~250 tokens: a longer shared system prompt puts all its users on one server;
+    # with a shorter one, each conversation is keyed by its first user message too.
+    prefix_bytes: Annotated[int, Field(ge=16, le=65536)] = 1024
+    # Envoy's consistent_hashing_lb_config.hash_balance_factor: a server with more in-flight requests
+    # than this % of the mean (plus the rounding envoy_common.bounded_load_slots computes) is skipped
+    # for the next one in the key's probe order. 100-1000; Envoy Gateway v1.8.3 has no field for it,
+    # the chart patches it in.
+    hash_balance_factor: Annotated[int, Field(ge=100, le=1000)] = 125
+
+    @field_validator("generations")
+    @classmethod
+    def _routable(cls, value: dict[str, str]) -> dict[str, str]:
+        for generation, mode in value.items():
+            if mode == "prefix" and generation not in PREFIX_ROUTABLE:
+                raise ValueError(f"{generation}: prefix routing needs a server per host; {generation} (gen1) is Ray Serve "
+                                 f"behind one Service, so Envoy would only pick its proxy (allowed: {list(PREFIX_ROUTABLE)})")
+        return value
+
+    def mode(self, generation: str) -> RoutingMode:
+        return self.generations.get(generation, "least_request")
+
+
 _DEFAULT_MODELS = {
     "llama-3-70b-instruct": ModelBackend(generation="inf2", service="gen1-inf2-serve-svc"),
     "llama-4-maverick": ModelBackend(generation="trn2", service="gen2-trn2"),
@@ -336,6 +386,8 @@ class GatewayConfig(StrictModel):
     # Unset: the stack creates one with a generated key for client "default".
     api_keys_secret_name: SecretName | None = None
     langfuse: LangfuseConfig = LangfuseConfig()
+    # Prefix-aware routing per generation (docs/gateway.md, "Prefix-aware routing").
+    routing: RoutingConfig = RoutingConfig()
     envoy_replicas: Annotated[int, Field(ge=1, le=20)] = 2
 
     @field_validator("namespace", "serving_namespace")
@@ -432,6 +484,9 @@ class RouteBackend:
 class Route:
     model: str
     backends: tuple[RouteBackend, ...]
+    # "prefix" when its one priority-0 backend's generation routes by prefix (route_routing; a split
+    # across models, such as the 80/20 alias, keeps least request).
+    routing: RoutingMode = "least_request"
 
 
 @dataclass(frozen=True)
@@ -465,11 +520,25 @@ def routing_table(gateway: GatewayConfig, enabled_generations: set[str] | frozen
     routes: list[Route] = []
     for model in live:
         chain = [(model, 1, 0)] + [(other, 1, i + 1) for i, other in enumerate(gateway.fallbacks.get(model, ())) if other in live]
-        routes.append(Route(model=model, backends=_compact(chain)))
+        backends = _compact(chain)
+        routes.append(Route(model=model, backends=backends, routing=route_routing(gateway, backends)))
     for alias, targets in gateway.aliases.items():
         if kept := alias_backends([(t.model, t.weight, t.priority) for t in targets], set(live)):
-            routes.append(Route(model=alias, backends=kept))
+            routes.append(Route(model=alias, backends=kept, routing=route_routing(gateway, kept)))
     return RoutingTable(routes=tuple(routes), backends=live)
+
+
+def route_routing(gateway: GatewayConfig, backends: tuple[RouteBackend, ...]) -> RoutingMode:
+    """A route hashes on the prefix key when it serves from one model at priority 0 and that
+    model's generation routes by prefix. A route that splits priority 0 across models (an alias)
+    keeps least request: Envoy Gateway v1.8.3 builds its ConsistentHash as Maglev without
+    locality_weighted_lb_config (internal/xds/translator/cluster.go), and Envoy's Maglev then
+    ignores locality weights (thread_aware_lb_impl.cc normalizeWeights), which would lose the split.
+    Fallback priorities (1, 2, ...) are hashed too: Maglev keeps one table per priority."""
+    first = [b for b in backends if b.priority == 0]
+    if len(first) != 1:
+        return "least_request"
+    return gateway.routing.mode(gateway.models[first[0].backend].generation)
 
 
 def alias_backends(targets: list[tuple[str, int, int]], live: set[str]) -> tuple[RouteBackend, ...]:

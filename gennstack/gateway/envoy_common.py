@@ -200,3 +200,36 @@ def local_reply_config(retry_after_s: int, *, passthrough: tuple[int, ...] = (),
 def overprovisioning_policy() -> dict[str, Any]:
     """``load_assignment.policy`` of a route's cluster (Envoy v3 JSON)."""
     return {"overprovisioning_factor": OVERPROVISIONING_FACTOR}
+
+
+def maglev_patch(hash_balance_factor: int) -> dict[str, Any]:
+    """What the Maglev policy of a prefix-routed rule's cluster gets beyond what Envoy Gateway v1.8.3
+    writes (its ConsistentHash has no field for it; cluster.go builds ``Maglev{}`` with the table size
+    only): ``consistent_hashing_lb_config.hash_balance_factor``, Envoy's bounded load
+    (envoy/extensions/load_balancing_policies/common/v3/common.proto, ConsistentHashingLbConfig)."""
+    return {"consistent_hashing_lb_config": {"hash_balance_factor": hash_balance_factor}}
+
+
+def bounded_load_slots(in_flight: int, hosts: int, hash_balance_factor: int) -> int:
+    """In-flight requests a host may already hold and still be picked for one more, when ``in_flight``
+    requests are in flight on the whole cluster and ``hosts`` equal-weight hosts are healthy: Envoy's
+    BoundedLoadHashingLoadBalancer (source/extensions/load_balancing_policies/common/
+    thread_aware_lb_impl.cc, hostOverloadFactor): total_slots = ceil((in_flight + 1) x factor / 100),
+    slots = max(ceil(total_slots x 1/hosts), 1); a host with more than ``slots`` active is skipped for
+    the next one in the key's shuffled probe order (or, when every host is over, the least over)."""
+    if in_flight < 0 or hosts < 1 or not 100 <= hash_balance_factor:
+        raise ValueError(f"in_flight {in_flight}, hosts {hosts}, factor {hash_balance_factor}: need >= 0, >= 1, >= 100")
+    total_slots = ((in_flight + 1) * hash_balance_factor + 99) // 100
+    return max(-(-total_slots // hosts), 1)
+
+
+def bounded_load_max_share(in_flight: int, hosts: int, hash_balance_factor: int) -> float:
+    """The most one host can hold of ``in_flight`` concurrent requests, as a multiple of the mean
+    (in_flight / hosts), when all of them have one key: it takes the last of them while it holds
+    ``bounded_load_slots(in_flight - 1, ...)``. The factor / 100 is only the limit for many requests
+    in flight: the rounding adds up to one request per host (at 125 and 3 hosts: 1.5x at 12 in flight,
+    1.31x at 48)."""
+    if in_flight < 1:
+        raise ValueError(f"in_flight {in_flight}: at least 1")
+    most = min(in_flight, bounded_load_slots(in_flight - 1, hosts, hash_balance_factor) + 1)
+    return most * hosts / in_flight

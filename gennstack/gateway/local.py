@@ -50,7 +50,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from gennstack.gateway import lua
-from gennstack.gateway.config import GatewayConfig, ResilienceConfig, RoutingTable
+from gennstack.gateway.config import PREFIX_KEY_HEADER, GatewayConfig, ResilienceConfig, RoutingTable
 from gennstack.gateway.envoy_common import (
     DNS_REFRESH_S,
     MAX_EJECTION_PERCENT,
@@ -58,6 +58,7 @@ from gennstack.gateway.envoy_common import (
     UNEJECT_ON_PASSING_HEALTH_CHECK,
     local_reply_config,
     local_retry_after_s,
+    maglev_patch,
     overprovisioning_policy,
 )
 from gennstack.gateway.values import CLIENT_HEADER
@@ -65,6 +66,7 @@ from gennstack.gateway.values import CLIENT_HEADER
 MODEL_HEADER = "x-ai-eg-model"
 SERVED_MODEL_HEADER = "x-gennstack-served-model"
 BACKEND_HEADER = "x-gennstack-backend"
+UPSTREAM_HOST_HEADER = "x-gennstack-upstream-host"
 METADATA_NAMESPACE = "gennstack"
 
 class EndpointError(ValueError):
@@ -131,10 +133,7 @@ class LocalSettings:
 
 MAX_PARALLEL_RETRIES = 1024
 
-# The paths the local gateway forwards (POST, JSON body with "model"): the OpenAI endpoints of the
-# AI Gateway v1.1.0's external processor (cmd/extproc/mainlib/main.go) that vLLM also serves.
-# Anything else gets the AI Gateway's own "unsupported path" 404 (internal/extproc/server.go).
-ACCEPTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+ACCEPTED_PATHS = lua.ACCEPTED_PATHS
 # The AI Gateway v1.1.0's answer to a model no rule matches (internal/controller/ai_gateway_route.go).
 NO_ROUTE_MESSAGE = ("No matching route found. It is likely because the model specified in your request "
                     "is not configured in the Gateway.")
@@ -144,11 +143,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _lua_filter(name: str, mode: str, table: RoutingTable) -> dict[str, Any]:
+def _lua_filter(name: str, mode: str, table: RoutingTable, prefix_bytes: int) -> dict[str, Any]:
     models = ", ".join(f"[{json.dumps(r.model)}] = true" for r in table.routes)
-    paths = ", ".join(f"[{json.dumps(p)}] = true" for p in ACCEPTED_PATHS)
-    prelude = (f"local MODE = {json.dumps(mode)}\nlocal MODELS = {{{models}}}\nlocal PATHS = {{{paths}}}\n"
-               f"local NO_ROUTE = {json.dumps(NO_ROUTE_MESSAGE)}\n")
+    prelude = (f"local MODE = {json.dumps(mode)}\nlocal MODELS = {{{models}}}\n"
+               f"local NO_ROUTE = {json.dumps(NO_ROUTE_MESSAGE)}\n" + lua.key_prelude(prefix_bytes, ACCEPTED_PATHS))
     return {
         "name": name,
         "typed_config": {
@@ -191,7 +189,9 @@ def _retry_policy(resilience: ResilienceConfig, settings: LocalSettings) -> dict
 
 
 def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], table: RoutingTable,
-             resilience: ResilienceConfig, settings: LocalSettings) -> dict[str, Any]:
+             gateway: GatewayConfig, settings: LocalSettings) -> dict[str, Any]:
+    resilience = gateway.resilience
+    prefix_bytes = gateway.routing.prefix_bytes
     localities = []
     for backend in route.backends:
         localities.append({
@@ -214,7 +214,7 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
                 }}]},
             },
         },
-        _lua_filter("model-rewrite", "upstream", table),
+        _lua_filter("model-rewrite", "upstream", table, prefix_bytes),
         {"name": "envoy.filters.http.upstream_codec",
          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}},
     ]
@@ -222,15 +222,7 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
         "name": f"route-{index}",
         **_discovery(settings),
         "connect_timeout": _duration(settings.connect_timeout_s),
-        # Envoy Gateway v1.8.3's default (internal/xds/translator/cluster.go, no loadBalancer set):
-        # least_request with locality-weighted localities.
-        "load_balancing_policy": {"policies": [{"typed_extension_config": {
-            "name": "envoy.load_balancing_policies.least_request",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
-                "locality_lb_config": {"locality_weighted_lb_config": {}},
-            },
-        }}]},
+        "load_balancing_policy": load_balancing_policy(route.routing, gateway.routing.hash_balance_factor),
         # No panic routing to hosts known to be down: fail over or answer 503 (the cluster's
         # BackendTrafficPolicy healthCheck.panicThreshold: 0).
         "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
@@ -269,6 +261,34 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
             }
         },
     }
+
+
+def load_balancing_policy(routing: str, hash_balance_factor: int) -> dict[str, Any]:
+    """A route's cluster ``load_balancing_policy``, as Envoy Gateway v1.8.3 builds it
+    (internal/xds/translator/cluster.go buildXdsCluster): without a loadBalancer, least_request with
+    locality-weighted localities; with ConsistentHash, Maglev (its default table of 65537), to which
+    the chart's EnvoyPatchPolicy adds ``consistent_hashing_lb_config.hash_balance_factor``
+    (envoy_common.maglev_patch), the bounded load."""
+    if routing == "prefix":
+        return {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.maglev",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev",
+                             **maglev_patch(hash_balance_factor)},
+        }}]}
+    return {"policies": [{"typed_extension_config": {
+        "name": "envoy.load_balancing_policies.least_request",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
+            "locality_lb_config": {"locality_weighted_lb_config": {}},
+        },
+    }}]}
+
+
+def prefix_hash_policy() -> list[dict[str, Any]]:
+    """The route's ``hash_policy`` Envoy Gateway v1.8.3 makes of ConsistentHash type Header
+    (internal/xds/translator/route.go buildHashPolicy): the prefix key header. A request without it
+    (embeddings, an empty prompt) gets a random host (Envoy's thread-aware LB without a hash)."""
+    return [{"header": {"header_name": PREFIX_KEY_HEADER}}]
 
 
 # Envoy Gateway v1.8.3's DNS settings for a Backend's fqdn endpoints (internal/xds/translator/cluster.go,
@@ -373,12 +393,12 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[
         if kept:
             levels = sorted({b.priority for b in kept})
             kept = tuple(type(b)(b.backend, b.weight, levels.index(b.priority), b.served_model) for b in kept)
-            routes.append(type(route)(route.model, kept))
+            routes.append(type(route)(route.model, kept, route.routing))
     if not routes:
         raise EndpointError("no route has an endpoint: give at least one MODEL=URL")
     live = RoutingTable(routes=tuple(routes), backends={k: v for k, v in table.backends.items() if k in parsed})
     resilience = gateway.resilience
-    clusters = [_cluster(i, r, parsed, live, resilience, settings) for i, r in enumerate(live.routes)]
+    clusters = [_cluster(i, r, parsed, live, gateway, settings) for i, r in enumerate(live.routes)]
     models_listing = {"object": "list", "data": [
         {"id": r.model, "object": "model", "owned_by": "gennstack"} for r in live.routes]}
     vhost_routes: list[dict[str, Any]] = [
@@ -390,9 +410,14 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[
                 "timeout": _duration(resilience.request_timeout_s),
                 "idle_timeout": _duration(_downstream_idle_s(resilience)),
                 "retry_policy": _retry_policy(resilience, settings),
+                **({"hash_policy": prefix_hash_policy()} if r.routing == "prefix" else {}),
             },
             "response_headers_to_add": [{
                 "header": {"key": BACKEND_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:backend)%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+            }, {
+                # local only: which server answered (host:port), for tests and the bench's per-replica counts
+                "header": {"key": UPSTREAM_HOST_HEADER, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
             }],
         }
@@ -417,7 +442,7 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[
         {"name": "envoy.filters.http.buffer",
          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
                           "max_request_bytes": gateway.max_request_mib * 1024 * 1024}},
-        _lua_filter("model-router", "downstream", live),
+        _lua_filter("model-router", "downstream", live, gateway.routing.prefix_bytes),
         {"name": "envoy.filters.http.router",
          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
     ]

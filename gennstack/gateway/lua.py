@@ -1,10 +1,19 @@
 """The Lua source of the local gateway's body router (downstream) and model rewriter (upstream).
 
-Kept as a Python string so that it ships with the package like any module. See the comment at its
-top for what it does; ``gennstack.gateway.local`` prepends the routing table.
+Kept as Python strings so that they ship with the package like any module. See the comments in
+them for what they do. :data:`SOURCE` is the local gateway's script (``gennstack.gateway.local``
+prepends the routing table); :func:`prefix_key_script` is the cluster's, an EnvoyExtensionPolicy that
+only writes the prefix key (the same parser and key code, so both gateways key a request alike).
 """
 
-SOURCE = r"""
+import json
+
+# The paths the gateway forwards (POST, JSON body with "model"): the OpenAI endpoints of the AI
+# Gateway v1.1.0's external processor (cmd/extproc/mainlib/main.go) that vLLM also serves. Anything
+# else gets the AI Gateway's own "unsupported path" 404 (internal/extproc/server.go).
+ACCEPTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+
+PARSER = r"""
 -- GenNStack local gateway: route an OpenAI-compatible request on its JSON body's "model".
 --
 -- Plain Envoy cannot read a request body for routing. This script runs twice:
@@ -13,13 +22,14 @@ SOURCE = r"""
 --     "model", 404 for a path outside PATHS or a model the routing table does not know (with the
 --     AI Gateway's own texts), sets stream_options.include_usage on streaming chat completions
 --     (as the AI Gateway does when token costs are configured), and otherwise sets the
---     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and clears the
---     route cache so the router matches on it;
+--     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and the prefix
+--     key (PREFIX_KEY_HEADER, see KEY below) and clears the route cache so the router matches on it;
 --   * upstream (after a backend has been picked, once per attempt): when the chosen backend serves
 --     another model name than the client asked for (an alias such as gennstack-default, or a
 --     fallback), it rewrites "model" in the body, as the AI Gateway's modelNameOverride does.
 -- The Python side prepends `local MODE = "downstream"|"upstream"`, `local MODELS = {...}`,
--- `local PATHS = {...}` (the accepted POST paths) and `local NO_ROUTE = "..."`.
+-- `local NO_ROUTE = "..."` and the key's constants (lua.key_prelude: PREFIX_BYTES, PREFIX_KEY_HEADER,
+-- SESSION_HEADER, `local PATHS = {...}`, the accepted POST paths).
 
 local MAX_DEPTH = 64
 
@@ -176,6 +186,107 @@ local function parse(s)
   return model, kind, first, last, fields
 end
 
+"""
+
+KEY = r"""
+-- Prefix key (prefix-aware routing, docs/gateway.md). The key of a request is a hash of the first
+-- PREFIX_BYTES bytes of its prompt as the model sees it: the decoded string values of the leading
+-- messages, up to and including the first user message (system prompt, tools, first user turn),
+-- each followed by a NUL. Every later turn of a conversation resends those messages, so it gets the
+-- same key; requests whose system prompt alone is PREFIX_BYTES long share one key. A client's
+-- SESSION_HEADER replaces it. Pure Lua 5.1 (no `bit` library: Envoy Gateway validates scripts with
+-- gopher-lua): two polynomial hashes modulo primes below 2^31, exact in doubles.
+
+local KEY_ESCAPES = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' }
+
+local function key_utf8(cp)
+  if cp < 0x80 then return string.char(cp) end
+  if cp < 0x800 then return string.char(0xC0 + math.floor(cp / 64), 0x80 + cp % 64) end
+  return string.char(0xE0 + math.floor(cp / 4096), 0x80 + math.floor(cp / 64) % 64, 0x80 + cp % 64)
+end
+
+local function decode_at(s, i)
+  -- s:sub(i, i) is the opening quote of a string parse() accepted: its text and the byte after it.
+  local parts, pos = {}, i + 1
+  while true do
+    local j = s:find('["\\]', pos)
+    parts[#parts + 1] = s:sub(pos, j - 1)
+    if s:sub(j, j) == '"' then return table.concat(parts), j + 1 end
+    local e = s:sub(j + 1, j + 1)
+    if e == "u" then
+      parts[#parts + 1] = key_utf8(tonumber(s:sub(j + 2, j + 5), 16))
+      pos = j + 6
+    else
+      parts[#parts + 1] = KEY_ESCAPES[e] or e
+      pos = j + 2
+    end
+  end
+end
+
+local function leading_strings(s, first, last, limit, messages)
+  -- The string values (not keys) in s[first..last], in order, each followed by "\0", until limit
+  -- bytes; for a messages array, only up to the end of the first element whose "role" is "user".
+  local out, size, pos, depth, user, key = {}, 0, first, 0, false, nil
+  while pos <= last and size < limit do
+    local i = s:find('[%[%]{}"]', pos)
+    if i == nil or i > last then break end
+    local c = s:sub(i, i)
+    if c == '"' then
+      local text, after = decode_at(s, i)
+      local j = s:find("[^ \t\r\n]", after) or (#s + 1)
+      if s:sub(j, j) == ":" then
+        key, pos = text, j + 1
+      else
+        out[#out + 1] = text .. "\0"
+        size = size + #text + 1
+        if messages and depth == 2 and key == "role" and text == "user" then user = true end
+        key, pos = nil, after
+      end
+    elseif c == "[" or c == "{" then
+      depth, pos = depth + 1, i + 1
+    else
+      depth, pos = depth - 1, i + 1
+      if messages and depth == 1 and user then break end
+    end
+  end
+  return table.concat(out):sub(1, limit)
+end
+
+local function hash_hex(text)
+  local a, b = 0, 0
+  for i = 1, #text do
+    local c = text:byte(i)
+    a = (a * 131 + c) % 2147483647
+    b = (b * 137 + c) % 2147483629
+  end
+  return string.format("%08x%08x", a, b)
+end
+
+local function prompt_prefix(raw, fields, bare)
+  -- The leading prompt text of an OpenAI request (empty: nothing to key on, e.g. embeddings).
+  local function of(name, messages)
+    local f = fields[name]
+    if f == nil or (f.kind ~= "string" and f.kind ~= "array") then return "" end
+    return leading_strings(raw, f.first, f.last, PREFIX_BYTES, messages and f.kind == "array")
+  end
+  if bare == "/v1/chat/completions" then return of("messages", true) end
+  if bare == "/v1/completions" then return of("prompt", false) end
+  if bare == "/v1/responses" then return (of("instructions", false) .. of("input", true)):sub(1, PREFIX_BYTES) end
+  return ""
+end
+
+local function prefix_key(headers, raw, fields, bare)
+  -- "s<hash>" of the client's session header, else "p<hash>" of the prompt prefix, else nil.
+  local session = headers:get(SESSION_HEADER)
+  if session ~= nil and session ~= "" then return "s" .. hash_hex(session) end
+  if raw == nil then return nil end
+  local text = prompt_prefix(raw, fields, bare)
+  if text == "" then return nil end
+  return "p" .. hash_hex(text)
+end
+"""
+
+ROUTER = r"""
 local function is_true(raw, field)
   return field ~= nil and field.kind == "boolean" and raw:sub(field.first, field.last) == "true"
 end
@@ -249,6 +360,9 @@ local function downstream(handle)
       headers:replace("content-length", tostring(#rewritten))
     end
   end
+  headers:remove(PREFIX_KEY_HEADER) -- never the client's copy
+  local key = prefix_key(headers, raw, fields, bare)
+  if key ~= nil then headers:replace(PREFIX_KEY_HEADER, key) end
   headers:replace("x-ai-eg-model", model)
   handle:clearRouteCache()
 end
@@ -273,3 +387,44 @@ function envoy_on_request(handle)
   if MODE == "upstream" then upstream(handle) else downstream(handle) end
 end
 """
+
+CLUSTER_MAIN = r"""
+-- The cluster's copy (an EnvoyExtensionPolicy on the Gateway, before the AI Gateway's external
+-- processor): it only writes the prefix key; routing on "model" is the AI Gateway's.
+function envoy_on_request(handle)
+  local headers = handle:headers()
+  headers:remove(PREFIX_KEY_HEADER)
+  local path = headers:get(":path") or ""
+  local bare = path:match("^[^?]*")
+  if headers:get(":method") ~= "POST" or not PATHS[bare] then return end
+  local session = headers:get(SESSION_HEADER)
+  if session ~= nil and session ~= "" then
+    headers:replace(PREFIX_KEY_HEADER, "s" .. hash_hex(session))
+    return
+  end
+  local body = handle:body()
+  headers = handle:headers() -- objects from before a yield are out of scope after it
+  if body == nil or body:length() == 0 then return end
+  local raw = body:getBytes(0, body:length())
+  local ok, _, _, _, _, fields = pcall(parse, raw)
+  if not ok or fields == nil then return end -- the AI Gateway answers a malformed body
+  local key = prefix_key(headers, raw, fields, bare)
+  if key ~= nil then headers:replace(PREFIX_KEY_HEADER, key) end
+end
+"""
+
+SOURCE = PARSER + KEY + ROUTER
+
+
+def key_prelude(prefix_bytes: int, paths: tuple[str, ...]) -> str:
+    """The constants the key code reads (the local script's prelude adds its routing table)."""
+    from gennstack.gateway.config import PREFIX_KEY_HEADER, SESSION_HEADER
+
+    listed = ", ".join(f"[{json.dumps(p)}] = true" for p in paths)
+    return (f"local PREFIX_BYTES = {int(prefix_bytes)}\nlocal PREFIX_KEY_HEADER = {json.dumps(PREFIX_KEY_HEADER)}\n"
+            f"local SESSION_HEADER = {json.dumps(SESSION_HEADER)}\nlocal PATHS = {{{listed}}}\n")
+
+
+def prefix_key_script(prefix_bytes: int, paths: tuple[str, ...]) -> str:
+    """The cluster's Lua (EnvoyExtensionPolicy): the prefix key header only."""
+    return key_prelude(prefix_bytes, paths) + PARSER + KEY + CLUSTER_MAIN

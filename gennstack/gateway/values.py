@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, RoutingTable
+from gennstack.gateway.config import FALLBACK_STATUS, PREFIX_KEY_HEADER, GatewayConfig, RoutingTable
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, MAX_EJECTION_PERCENT,
                                              OVERPROVISIONING_FACTOR, RATE_LIMIT_RESET_HEADER, UNEJECT_ON_PASSING_HEALTH_CHECK,
                                              local_reply_config)
+from gennstack.gateway.lua import ACCEPTED_PATHS, prefix_key_script
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
 
@@ -182,6 +183,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                     for b in route.backends
                 ],
                 **({"fallbackOnStatus": extra_status[route.model]} if route.model in extra_status else {}),
+                **({"prefixRouting": True} if route.routing == "prefix" else {}),
             }
             for route in table.routes
         ],
@@ -229,7 +231,17 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         "nodeSelector": dict(system_node_selector or {}),
         "tolerations": list(system_tolerations or []),
         "envoyPatches": envoy_patch_values(),
+        "prefixRouting": prefix_routing_values(gateway),
     }
+
+
+def prefix_routing_values(gateway: GatewayConfig) -> dict[str, Any]:
+    """The prefix key's Lua (an EnvoyExtensionPolicy on the Gateway: templates/prefix-routing.yaml),
+    the header the rules with ``prefixRouting`` hash on, and the bounded load the EnvoyPatchPolicy
+    writes into their Maglev (docs/gateway.md, "Prefix-aware routing")."""
+    routing = gateway.routing
+    return {"keyHeader": PREFIX_KEY_HEADER, "hashBalanceFactor": routing.hash_balance_factor,
+            "lua": prefix_key_script(routing.prefix_bytes, ACCEPTED_PATHS)}
 
 
 def envoy_patch_values() -> dict[str, Any]:

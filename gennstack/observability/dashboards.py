@@ -113,6 +113,27 @@ def _cache_panel(generation: str, sel: str) -> dict[str, Any]:
     ])
 
 
+def _routing_panels(sel: str) -> list[dict[str, Any]]:
+    """Prefix-aware routing (docs/gateway.md): each replica's share of the requests the gateway sent,
+    next to its prefix-cache hit rate. Per pod from vLLM's own counters (the gateway's Envoy exports
+    no per-host series: its per-host stats are only on the admin's /clusters): requests finished
+    (vllm:request_success_total) and prompt tokens looked up / found in the prefix cache
+    (vllm:prefix_cache_queries_total / vllm:prefix_cache_hits_total, vLLM v1 counters in tokens).
+    "busiest / mean" is the number the bounded load keeps near hash_balance_factor / 100."""
+    share = (f"sum by (pod) (rate(vllm:request_success_total{{{sel}}}[{RATE}])) / scalar(sum(rate(vllm:request_success_total{{{sel}}}[{RATE}])))")
+    return [
+        _panel("Request share per replica (routing)", "percentunit", [
+            (share, "{{pod}}"),
+            (f"max({share}) * count({share})", "busiest / mean"),
+        ], description="Each pod's share of the finished requests; with prefix routing a conversation stays on one pod, "
+                       "and the bounded load (gateway.routing.hash_balance_factor) keeps the busiest near 1.25 x the mean."),
+        _panel("Prefix-cache hit rate per replica", "percentunit", [
+            (f"sum by (pod) (rate(vllm:prefix_cache_hits_total{{{sel}}}[{RATE}])) / "
+             f"sum by (pod) (rate(vllm:prefix_cache_queries_total{{{sel}}}[{RATE}]))", "{{pod}}"),
+        ], description="Prompt tokens found in the pod's prefix cache / prompt tokens looked up."),
+    ]
+
+
 def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]) -> dict[str, Any]:
     """gen2-trn2 / gen3-g6e: vLLM's own latency, throughput and queue metrics, by the generation label."""
     sel = f'{names.GENERATION_LABEL}="{pool}"'
@@ -135,6 +156,8 @@ def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]
         _panel("KV-cache use", "percentunit", [
             (f"max by (pod) (vllm:kv_cache_usage_perc{{{sel}}})", "{{pod}}"),
         ]),
+        # side by side (the 7th and 8th panels: one row)
+        *(_routing_panels(sel) if generation == "g6e" else []),
         _cache_panel(generation, sel),
         _panel("End-to-end request latency", "s", _quantiles("vllm:e2e_request_latency_seconds_bucket", sel)),
         _panel("HTTP responses by status", "reqps", [

@@ -80,7 +80,8 @@ def test_every_object_validates(default_docs, variant_docs) -> None:
     kinds = {d["kind"] for d in default_docs}
     assert {"GatewayClass", "Gateway", "EnvoyProxy", "ClientTrafficPolicy", "AIGatewayRoute", "AIServiceBackend",
             "Backend", "BackendTrafficPolicy", "SecurityPolicy", "ClusterSecretStore", "ExternalSecret",
-            "Deployment", "Service", "NetworkPolicy", "EnvoyPatchPolicy", "Secret", "ConfigMap"} == kinds
+            "Deployment", "Service", "NetworkPolicy", "EnvoyPatchPolicy", "Secret", "ConfigMap",
+            "EnvoyExtensionPolicy"} == kinds
     assert "GatewayConfig" in {d["kind"] for d in variant_docs}
 
 
@@ -145,7 +146,12 @@ def test_failover_health_checks_and_rate_limit_policy(default_docs) -> None:
     (route,) = docs["AIGatewayRoute"]
     # targets the HTTPRoute the AI Gateway generates, which carries the AIGatewayRoute's name
     assert btp["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": route["metadata"]["name"]}]
-    assert per_rule == []  # no fallback_on in the default config
+    # no fallback_on in the default config: the one per-rule policy is gpt-oss-20b's prefix routing
+    assert [(p["spec"]["targetRefs"][0]["sectionName"], p["spec"]["loadBalancer"]["type"]) for p in per_rule] == [
+        ("model-gpt-oss-20b", "ConsistentHash")]
+    # the rule's policy is the most specific one (it replaces the route's): the same retries and health checks
+    same = ("loadBalancer", "targetRefs")
+    assert {k: v for k, v in per_rule[0]["spec"].items() if k not in same} == {k: v for k, v in btp["spec"].items() if k not in same}
     retry = btp["spec"]["retry"]
     assert retry["numAttemptsPerPriority"] == 2 and retry["numRetries"] == 3
     assert set(retry["retryOn"]["triggers"]) == {"connect-failure", "reset", "retriable-status-codes"}
@@ -347,7 +353,7 @@ def test_values_yaml_is_the_default_config_and_documented() -> None:
     jsonschema.validate(values, schema)
     gateway = GatewayConfig()
     built = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="")
-    for key in ("backends", "routes", "resilience", "rateLimit", "bufferLimit", "langfuse", "redis"):
+    for key in ("backends", "routes", "resilience", "rateLimit", "bufferLimit", "langfuse", "redis", "prefixRouting"):
         assert values[key] == built[key], key
     jsonschema.validate(built, schema)
     assert undocumented_values(CHART / "values.yaml") == []

@@ -104,3 +104,41 @@ def test_start_says_whether_the_gateway_is_open() -> None:
         "OPEN: no API keys (--api-key CLIENT=KEY), anybody on this machine may call; 600 requests per 60 s for all callers together")
     assert access_summary(LocalSettings(api_keys=(("a", "sk-local-0001"),), rate_limit_requests=5, rate_limit_interval_s=10), gateway) == (
         "API keys required (Authorization: Bearer <key>) for clients a; 5 requests per 10 s per client, all models together")
+
+
+def _policies_by_model(bootstrap: dict) -> dict[str, str]:
+    routes = _hcm(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
+    by_cluster = {c["name"]: c["load_balancing_policy"]["policies"][0]["typed_extension_config"]["name"].rsplit(".", 1)[1]
+                  for c in bootstrap["static_resources"]["clusters"]}
+    return {r["match"]["headers"][0]["string_match"]["exact"]: by_cluster[r["route"]["cluster"]] for r in routes if "route" in r}
+
+
+def test_demo_replicas_and_routing_flags(capsys) -> None:
+    """--demo --demo-replicas N: N servers (ports --demo-port + i) for every model; --routing MODE for
+    every generation that can take it (gen1 keeps least request), MODEL=MODE for that model's
+    generation; a split alias keeps least request either way. --print-config starts no server."""
+    assert main(["gateway", "local", "--demo", "--demo-replicas", "3", "--demo-port", "9100", "--routing", "prefix",
+                 "--print-config"]) == 0
+    bootstrap = json.loads(capsys.readouterr().out)
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        ports = [e["endpoint"]["address"]["socket_address"]["port_value"]
+                 for locality in cluster["load_assignment"]["endpoints"] for e in locality["lb_endpoints"]]
+        assert sorted(set(ports)) == [9100, 9101, 9102]
+    assert _policies_by_model(bootstrap) == {"llama-3-70b-instruct": "least_request", "llama-4-maverick": "maglev",
+                                             "gpt-oss-20b": "maglev", "gennstack-default": "least_request"}
+    assert main(["gateway", "local", "--demo", "--routing", "least-request", "--print-config"]) == 0
+    assert set(_policies_by_model(json.loads(capsys.readouterr().out)).values()) == {"least_request"}
+    assert main(["gateway", "local", "--demo", "--routing", "least-request", "--routing", "llama-4-maverick=prefix",
+                 "--print-config"]) == 0
+    assert _policies_by_model(json.loads(capsys.readouterr().out))["llama-4-maverick"] == "maglev"
+
+
+def test_routing_flag_errors_are_one_clear_line(capsys) -> None:
+    assert main(["gateway", "local", "--demo", "--routing", "fastest", "--print-config"]) == 2
+    assert "--routing 'fastest': the mode must be one of prefix, least-request" in capsys.readouterr().err
+    assert main(["gateway", "local", "--demo", "--routing", "gpt-5=prefix", "--print-config"]) == 2
+    assert "no model 'gpt-5'" in capsys.readouterr().err
+    assert main(["gateway", "local", "--demo", "--routing", "llama-3-70b-instruct=prefix", "--print-config"]) == 2
+    assert "Ray Serve behind one Service" in capsys.readouterr().err
+    assert main(["gateway", "local", "--endpoint", "gpt-oss-20b=http://127.0.0.1:1", "--demo-replicas", "2"]) == 2
+    assert "--demo-replicas needs --demo" in capsys.readouterr().err

@@ -34,7 +34,10 @@ TTL_S = 1
 
 
 def _gateway_config() -> GatewayConfig:
-    return GatewayConfig.model_validate(frozen({"resilience": {"health_interval_s": 1}}))
+    # least request: these tests spread identical requests over the replicas (prefix routing would
+    # keep them on one; test_gateway_prefix_routing.py tests that)
+    return GatewayConfig.model_validate(frozen({"resilience": {"health_interval_s": 1},
+                                                "routing": {"generations": {"g6e": "least_request"}}}))
 
 
 def _bootstrap(hostname: str, port: int, dns: ServiceDNS, **settings) -> dict:

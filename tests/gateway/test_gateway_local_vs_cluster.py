@@ -85,11 +85,22 @@ def test_load_balancing_matches_envoy_gateways_default() -> None:
     in the BackendTrafficPolicy (the chart sets none) the cluster's load_balancing_policy is
     envoy.load_balancing_policies.least_request with locality_weighted_lb_config
     (buildLocalityLbConfig), and the circuit breaker allows 1024 retries in flight
-    (buildXdsClusterCircuitBreaker)."""
+    (buildXdsClusterCircuitBreaker). A rule with prefix routing has loadBalancer ConsistentHash, which
+    the same function makes envoy.load_balancing_policies.maglev (Maglev{} with the table size only),
+    plus the hash_balance_factor the chart's EnvoyPatchPolicy adds."""
     gateway = GatewayConfig()
-    bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway)
-    for cluster in bootstrap["static_resources"]["clusters"]:
+    table = routing_table(gateway)
+    bootstrap = envoy_bootstrap(table, {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway)
+    routed = {r.model: r.routing for r in table.routes if any(b.backend == "gpt-oss-20b" for b in r.backends)}
+    assert routed == {"gpt-oss-20b": "prefix", "gennstack-default": "least_request"}
+    for cluster, routing in zip(bootstrap["static_resources"]["clusters"], routed.values(), strict=True):
         (policy,) = cluster["load_balancing_policy"]["policies"]
+        if routing == "prefix":
+            assert policy["typed_extension_config"]["name"] == "envoy.load_balancing_policies.maglev"
+            assert policy["typed_extension_config"]["typed_config"]["consistent_hashing_lb_config"] == {
+                "hash_balance_factor": gateway.routing.hash_balance_factor}
+            assert set(policy["typed_extension_config"]["typed_config"]) == {"@type", "consistent_hashing_lb_config"}
+            continue
         assert policy["typed_extension_config"]["name"] == "envoy.load_balancing_policies.least_request"
         assert policy["typed_extension_config"]["typed_config"]["locality_lb_config"] == {"locality_weighted_lb_config": {}}
         assert "lb_policy" not in cluster

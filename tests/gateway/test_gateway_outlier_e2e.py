@@ -51,8 +51,13 @@ def _post(base_url: str, body: dict, timeout_s: float = 60) -> int:
         return exc.code
 
 
+_SENT = iter(range(10**9))
+
+
 def _chat(base_url: str, **extra) -> int:
-    return _post(base_url, {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra})
+    """A new conversation each time: gpt-oss-20b routes by prefix (one key would always pick one server)."""
+    return _post(base_url, {"model": MODEL, "messages": [{"role": "user", "content": f"hi {next(_SENT)}"}], "max_tokens": 2,
+                            **extra})
 
 
 def _stats(gw) -> dict[str, int]:

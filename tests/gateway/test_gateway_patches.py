@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 CHART = Path(__file__).resolve().parents[2] / "assets" / "charts" / "gennstack-gateway"
 HCM = "envoy.filters.network.http_connection_manager"
+MAGLEV_BALANCE_PATH = "/load_balancing_policy/policies/0/typed_extension_config/typed_config/consistent_hashing_lb_config"
 
 
 def _render(helm: Path, gateway: GatewayConfig, namespace: str = "gennstack-gateway") -> dict[str, list[dict]]:
@@ -122,7 +123,10 @@ def test_cluster_patches_name_each_ai_gateway_rule_cluster(helm) -> None:
         uneject = [p for p in clusters
                    if p["operation"]["path"] == "/outlier_detection/successful_active_health_check_uneject_host"]
         assert len(factor) == len(uneject) == len(route["spec"]["rules"]) == len(routing_table(gateway).routes)
-        assert len(clusters) == 2 * len(factor)
+        hashed = [i for i, r in enumerate(routing_table(gateway).routes) if r.routing == "prefix"]
+        balance = [p for p in clusters if p["operation"]["path"] == MAGLEV_BALANCE_PATH]
+        assert [p["name"] for p in balance] == [f"httproute/{namespace}/{route['metadata']['name']}/rule/{i}" for i in hashed]
+        assert hashed and len(clusters) == 2 * len(factor) + len(hashed)
         for index, (patch, uneject_patch) in enumerate(zip(factor, uneject, strict=True)):
             assert patch["name"] == uneject_patch["name"] == f"httproute/{namespace}/{route['metadata']['name']}/rule/{index}"
             assert _parse_ai_gateway_cluster_name(patch["name"]) == (namespace, route["metadata"]["name"], index)
@@ -273,7 +277,7 @@ def test_outlier_semantics_match_the_local_gateway(helm) -> None:
     assert all(o["successful_active_health_check_uneject_host"] is False for o in local.values())
     docs = _render(helm, gateway)
     passive = [p["spec"]["healthCheck"]["passive"] for p in docs["BackendTrafficPolicy"] if "healthCheck" in p["spec"]]
-    assert len(passive) == 2
+    assert len(passive) == 3  # the route's, gennstack-default's fallback_on and gpt-oss-20b's prefix routing
     for p in passive:
         assert p["maxEjectionPercent"] == 50
         assert p["consecutiveLocalOriginFailures"] == 1 and p["splitExternalLocalOriginErrors"] is True

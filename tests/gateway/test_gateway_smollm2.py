@@ -72,3 +72,40 @@ def test_real_tokens_from_smollm2_through_envoy() -> None:
     print(f"SmolLM2 through Envoy, {len([c for c in chunks if c])} content chunks: {text!r}")
     assert done and len([c for c in chunks if c]) >= 2
     assert "paris" in text.lower()
+
+
+def _chat(base_url: str, messages: list[dict]) -> tuple[str, dict]:
+    body = {"model": "gpt-oss-20b", "max_tokens": 8, "temperature": 0, "seed": 1, "messages": messages}
+    request = urllib.request.Request(base_url + "/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=180) as resp:
+        from gennstack.gateway.local import UPSTREAM_HOST_HEADER
+
+        return resp.headers[UPSTREAM_HOST_HEADER], json.loads(resp.read())
+
+
+def test_demo_replicas_keep_a_conversation_and_log_its_cache_hits(tmp_path) -> None:
+    """Two SmolLM2 replicas (gennstack.gateway.demo, prompt cache on) behind prefix routing: a
+    conversation's three turns are answered by one replica, whose own log (llama-cpp-python's
+    ``prefix-match hit`` lines) shows turns 2 and 3 reusing the tokens already in its context; Envoy's
+    per-host counts and the replicas' access logs agree on who answered what."""
+    _require_llama_cpp()
+    from gennstack.gateway.demo import demo_gateway
+
+    first = _free_port()
+    with demo_gateway(2, "prefix", first_port=first, log_dir=tmp_path) as stack:
+        messages = [{"role": "system", "content": "You are a terse assistant."},
+                    {"role": "user", "content": "Name a colour."}]
+        hosts = []
+        for turn in range(3):
+            host, answer = _chat(stack.base_url, messages)
+            hosts.append(host)
+            messages += [{"role": "assistant", "content": answer["choices"][0]["message"]["content"]},
+                         {"role": "user", "content": f"Another one, number {turn + 2}."}]
+        stats = stack.replica_stats()
+    (home,) = set(hosts)
+    other = next(a for a in stats if a != home)
+    assert stats[home]["requests"] == 3 and stats[other]["requests"] == 0
+    assert stats[home]["rq_total"] == 3 and stats[other]["rq_total"] == 0
+    assert stats[home]["prefix_hits"] >= 2 and stats[home]["reused_tokens"] > 0
+    print(f"replica stats: {stats}")

@@ -63,7 +63,8 @@ app.kubernetes.io/part-of: gennstack
 {{- end }}
 
 {{/*
-Retries and health checks of one HTTPRoute rule set: (dict "r" .Values.resilience "extraStatus" LIST).
+Retries and health checks of one HTTPRoute rule set: (dict "r" .Values.resilience "extraStatus" LIST
+"prefix" .Values.prefixRouting-or-nothing); with "prefix", the consistent hash on the prefix key.
 panicThreshold 0: Envoy never spreads traffic over unhealthy hosts (Envoy Gateway v1.8.3 sets the
 cluster's healthy_panic_threshold only when the value is not Envoy's default, 50).
 */}}
@@ -108,6 +109,15 @@ healthCheck:
     baseEjectionTime: {{ $r.outlier.baseEjectionTime }}
     # never every server of the rule: outlier ejection takes at most this share (Envoy counts the overflow)
     maxEjectionPercent: {{ required "resilience.outlier.maxEjectionPercent" $r.outlier.maxEjectionPercent }}
+{{- with .prefix }}
+# Envoy Gateway v1.8.3 makes this Maglev (table 65537) with a header hash policy on the route.
+loadBalancer:
+  type: ConsistentHash
+  consistentHash:
+    type: Headers
+    headers:
+      - name: {{ required "prefixRouting.keyHeader" .keyHeader }}
+{{- end }}
 {{- end }}
 
 {{/* The server certificate Envoy serves on the HTTPS listener (kubernetes.io/tls, with ca.crt). */}}
