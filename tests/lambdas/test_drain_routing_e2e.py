@@ -43,8 +43,10 @@ def test_a_spot_warning_through_the_handler_drains_the_replica_in_the_real_gatew
     handler: Any, lambda_context: LambdaContext, launch: Callable[..., str], kubernetes: FakeKubernetes,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the handler's DRAIN_ON and WARM_SPARES as the construct renders them for the default config
-    config = load_config({})
+    # the handler's DRAIN_ON and WARM_SPARES as the construct renders them for the default config;
+    # least-request routing, so identical streams reach both replicas (with gen3's default prefix
+    # routing they share one key, and only the bounded load would spill some to the second)
+    config = load_config({"gateway": {"routing": {"generations": {"g6e": "least_request"}}}})
     drains = drain_on(config)
     spares = warm_spares(config, namespace=NAMESPACE, baselines={"g6e": 1})
     monkeypatch.setenv("DRAIN_ON", json.dumps(drains, sort_keys=True))
