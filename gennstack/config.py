@@ -30,6 +30,7 @@ from gennstack.gateway.config import GatewayConfig
 from gennstack.observability.config import MonitoringConfig
 from gennstack.serving.config import ServingConfig
 from gennstack.serving.fit import check_fits
+from gennstack.serving.multinode import check_multi_node_zones
 
 __all__ = [
     "ConfigError",
@@ -333,6 +334,7 @@ class GenNStackConfig(StrictModel):
         if not self.generations.enabled():
             raise FieldError("generations", "all disabled", "at least one enabled generation")
         check_fits(self.generations, self.serving)
+        check_multi_node_zones(self.serving.multi_node, self.network.az_count)
         from gennstack.gateway.config import routing_table
 
         try:

@@ -116,6 +116,20 @@ def operator_values() -> dict[str, dict[str, Any]]:
     }
 
 
+def lws_values() -> dict[str, Any]:
+    """The LWS controller's chart values (kubernetes-sigs/lws v0.10.0 charts/lws/values.yaml: top-level
+    ``nodeSelector``, ``tolerations`` and ``resources`` of its one controller-manager Deployment): on the
+    system nodes, requesting 100m / 512Mi instead of the chart's 1 CPU / 1Gi, which a 2-vCPU system
+    node cannot spare (gennstack/system_capacity.py counts it while serving.multi_node is on). Its
+    webhook certificates come from its own cert controller (``enableCertManager`` false, the default)."""
+    return {
+        "nodeSelector": SYSTEM_NODE_SELECTOR,
+        "tolerations": SYSTEM_TOLERATIONS,
+        "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+        "enableCertManager": False,
+    }
+
+
 def keda_values() -> dict[str, Any]:
     """KEDA's chart values (kedacore/charts keda/values.yaml at v2.20.2): all three of its Deployments
     (operator, metrics API server, admission webhooks) on the system nodes, via the chart's top-level

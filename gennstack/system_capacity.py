@@ -29,7 +29,7 @@ from typing import Any
 
 from gennstack import versions
 from gennstack.config import ConfigError, GenNStackConfig
-from gennstack.controller_values import karpenter_values, load_balancer_controller_values, operator_values
+from gennstack.controller_values import karpenter_values, load_balancer_controller_values, lws_values, operator_values
 from gennstack.gateway import values as gw
 from gennstack.gateway.config import routing_table
 from gennstack.observability import values as obs
@@ -258,6 +258,9 @@ def deployments(config: GenNStackConfig) -> list[Line]:
         Line("ebs-csi-controller", 2, d["ebs-csi-controller"].requests, d["ebs-csi-controller"].source),
         Line("coredns", 2, d["coredns"].requests, d["coredns"].source),
     ]
+    if config.serving.multi_node.enabled:
+        lines.append(Line("lws-controller-manager", 1, _requests(lws_values()["resources"]),
+                          "gennstack/controller_values.py lws_values"))
     if config.gateway.rate_limit.enabled:
         lines += [
             Line("gateway-redis", 1, _requests(redis_resources), "gennstack/gateway/values.py gateway_chart_values"),

@@ -87,6 +87,14 @@ CLOUDWATCH_EXPORTER = Chart(
 # The EBS CSI driver (v1.64.0) and its gp3 StorageClass: Prometheus', Alertmanager's and Grafana's volumes.
 EBS_CSI_DRIVER = Chart("aws-ebs-csi-driver", "https://kubernetes-sigs.github.io/aws-ebs-csi-driver", "2.64.0")
 
+# LeaderWorkerSet v0.10.0: multi-node serving replicas (serving.multi_node), the release whose CRD
+# (../shared/crds/leaderworkerset.x-k8s.io) the tests validate against. Installed only while
+# serving.multi_node is enabled, so not in CHARTS (every deploy's charts). Chart and version as
+# kubernetes-sigs/lws v0.10.0 site/content/en/docs/installation/_index.md installs it
+# (`helm install lws oci://registry.k8s.io/lws/charts/lws --version=0.10.0`); its packaging
+# (hack/push-chart.sh) pins the image to the release tag with pullPolicy IfNotPresent.
+LWS = Chart("lws", "oci://registry.k8s.io/lws/charts/lws", "0.10.0")
+
 CHARTS: tuple[Chart, ...] = (
     KARPENTER_CRD,
     KARPENTER,

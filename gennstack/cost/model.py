@@ -211,6 +211,22 @@ def generation_items(config: GenNStackConfig, generation: str, table: PriceTable
     return layout, items
 
 
+def multi_node_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]:
+    """serving.multi_node's groups: every member is a whole node of its instance type, all the time
+    (replicas is a fixed count), plus each node's root volume."""
+    section = config.serving.multi_node
+    nodes = section.replicas * section.nodes_per_replica
+    spot, od = table.price(section.instance_type, "spot"), table.on_demand_price(section.instance_type)
+    volume, volume_prices = gp3_month(table, *ROOT_VOLUMES[section.generation])
+    return [
+        LineItem(f"{nodes} x {section.instance_type} ({section.replicas} group(s) of {section.nodes_per_replica}: "
+                 f"{section.served_model_name}, TP {section.tensor_parallel_size} x PP {section.pipeline_parallel_size})",
+                 nodes, nodes * spot.usd, nodes * od.usd, (spot, od), "a group is one replica"),
+        LineItem(f"{nodes} x root volume (gp3 {'/'.join(map(str, ROOT_VOLUMES[section.generation]))} GiB/IOPS/MB/s)",
+                 nodes, nodes * volume / HOURS_PER_MONTH, nodes * volume / HOURS_PER_MONTH, volume_prices),
+    ]
+
+
 def hourly_cost(config: GenNStackConfig, table: PriceTable) -> Breakdown:
     """What the config runs all the time, per hour, at spot (first choice) and on-demand."""
     breakdown = Breakdown(table.region)
@@ -235,6 +251,8 @@ def hourly_cost(config: GenNStackConfig, table: PriceTable) -> Breakdown:
         if gen.capacity_reservation_ids:
             breakdown.notes.append(f"{name}: capacity reservations ({', '.join(gen.capacity_reservation_ids)}) bill at their own "
                                    "rate whether used or not; not included")
+    if config.serving.multi_node.enabled:
+        breakdown.groups["multi_node"] = multi_node_items(config, table)
     monitoring_node = ("the on-demand general-pool node(s) the monitoring pods run on (Karpenter sizes them to the pods' "
                        "requests; monitoring.placement: system puts them on the system nodes instead), "
                        if config.monitoring.placement == "on-demand" else "")

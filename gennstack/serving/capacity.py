@@ -127,6 +127,24 @@ MODELS: dict[str, ModelSpec] = {
         vocab_size=202048, intermediate_size=0, dtype_bytes=2, weight_bytes=801 * GB,
         attention_chunk_size=8192, vision_params=850_000_000,
     ),
+    # Llama 4 Scout, text_config: num_hidden_layers 48, hidden_size 5120, num_attention_heads 40,
+    # num_key_value_heads 8, head_dim 128, vocab_size 202048, intermediate_size 8192 (each of the 16
+    # num_local_experts and the shared expert), interleave_moe_layer_step 1 (every layer MoE),
+    # attention_chunk_size 8192, tie_word_embeddings false; bfloat16. These are transformers'
+    # Llama4TextConfig defaults, which it documents as this checkpoint's
+    # (src/transformers/models/llama4/configuration_llama4.py, @auto_docstring(checkpoint=
+    # "meta-llama/Llama-4-Scout-17B-16E")). Parameters, derived from them: per layer attention
+    # 62,914,560 (q, o 5120 x 5120; k, v 5120 x 1024) + experts 16 x 3 x 5120 x 8192 + shared expert
+    # 3 x 5120 x 8192 + router 5120 x 16 + 2 norms = 2,202,101,760; x 48 + embedding and lm_head
+    # (2 x 202048 x 5120) + norm = 107,769,861,120 text, + the vision encoder (Maverick's, 0.85 B
+    # rounded up) = 108,619,861,120: the "109B total" of the model card. x 2 bytes.
+    "meta-llama/Llama-4-Scout-17B-16E-Instruct": ModelSpec(
+        model_id="meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        source="huggingface.co/meta-llama/Llama-4-Scout-17B-16E-Instruct config.json (transformers Llama4TextConfig defaults)",
+        num_layers=48, hidden_size=5120, num_attention_heads=40, num_kv_heads=8, head_dim=128,
+        vocab_size=202048, intermediate_size=0, dtype_bytes=2, weight_bytes=108_619_861_120 * 2,
+        attention_chunk_size=8192, vision_params=850_000_000,
+    ),
     # config.json: num_hidden_layers 24, layer_types alternating sliding_attention (window 128) /
     # full_attention, num_attention_heads 64, num_key_value_heads 8, head_dim 64, hidden_size
     # 2880, vocab_size 201088, quantization_config mxfp4 (experts; attention, router, embeddings
@@ -153,6 +171,9 @@ class Layout:
     gpu_memory_utilization: float = 1.0
     # trn2 only: the vision encoder's TP degree (its data-parallel degree is TP / this).
     vision_tensor_parallel_size: int = 0
+    # GPU only: vLLM's --pipeline-parallel-size, one stage per node of a multi-node replica
+    # (gennstack.serving.multinode); each stage holds its share of the layers at TP degree.
+    pipeline_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -236,15 +257,34 @@ def _neuron_kv_per_sequence(m: ModelSpec, tp: int, max_len: int) -> int:
     return m.num_layers * 2 * heads * max_len * m.head_dim * m.dtype_bytes
 
 
-def _gpu_kv_per_sequence(m: ModelSpec, tp: int, max_len: int) -> int:
+def _gpu_kv_per_sequence(m: ModelSpec, tp: int, max_len: int, pp: int = 1) -> int:
     """One max_len sequence's KV blocks on one GPU: full layers hold max_len tokens, sliding
-    layers the window plus one scheduled chunk (vLLM SlidingWindowSpec), both in whole blocks."""
+    layers the window plus one scheduled chunk (vLLM SlidingWindowSpec), both in whole blocks.
+
+    With pipeline parallelism a GPU holds the KV cache of its stage's layers only: at most
+    ceil(layers / pp) of each kind (vLLM's get_pp_indices splits layers into near-equal stages).
+    Chunked-attention layers (Llama 4) count as full layers: an upper bound."""
     per_token_layer = 2 * max(m.num_kv_heads // tp, 1) * m.head_dim * m.dtype_bytes
     full_tokens = -(-max_len // GPU_BLOCK_SIZE) * GPU_BLOCK_SIZE
     window = min(m.sliding_window - 1 + GPU_MAX_BATCHED_TOKENS, max_len) if m.sliding_layers else 0
     sliding_tokens = (-(-window // GPU_BLOCK_SIZE) + 1) * GPU_BLOCK_SIZE if m.sliding_layers else 0
-    full_layers = m.num_layers - m.sliding_layers
-    return per_token_layer * (full_layers * full_tokens + m.sliding_layers * sliding_tokens)
+    full_layers = -(-(m.num_layers - m.sliding_layers) // pp)
+    sliding_layers = -(-m.sliding_layers // pp)
+    return per_token_layer * (full_layers * full_tokens + sliding_layers * sliding_tokens)
+
+
+def _gpu_weights_per_rank(m: ModelSpec, tp: int, pp: int) -> int:
+    """Bytes of weights on one GPU: the whole model over ``tp`` ranks; with ``pp`` stages, the
+    heaviest stage's: its ceil(layers / pp) decoder layers plus the embedding and the vision encoder
+    (first stage) or the lm_head and final norm (last stage), over ``tp`` ranks."""
+    if pp == 1:
+        return -(-m.weight_bytes // tp)
+    embedding = m.vocab_size * m.hidden_size * m.dtype_bytes
+    vision = m.vision_params * m.dtype_bytes
+    head = embedding + m.hidden_size * m.dtype_bytes
+    layers = m.weight_bytes - embedding - head - vision
+    stage = -(-layers // m.num_layers) * -(-m.num_layers // pp)
+    return -(-(stage + max(embedding + vision, head)) // tp)
 
 
 def plan(layout: Layout, model: ModelSpec) -> Plan:
@@ -253,8 +293,9 @@ def plan(layout: Layout, model: ModelSpec) -> Plan:
     tp = layout.tensor_parallel_size
     memory = accelerator.memory_bytes
     if layout.generation == "g6e":
-        weights = -(-model.weight_bytes // tp)
-        per_sequence = _gpu_kv_per_sequence(model, tp, layout.max_model_len)
+        pp = layout.pipeline_parallel_size
+        weights = _gpu_weights_per_rank(model, tp, pp)
+        per_sequence = _gpu_kv_per_sequence(model, tp, layout.max_model_len, pp)
         margin = memory - int(layout.gpu_memory_utilization * memory) + GPU_ACTIVATION_MARGIN_BYTES
         # vLLM hands all of what is left to the paged KV cache.
         kv_cache = max(memory - margin - weights, 0)
@@ -307,6 +348,8 @@ def summary_line(p: Plan) -> str:
     lay = p.layout
     unit = "NeuronCore" if p.neuron else "GPU"
     parallel = f"TP {lay.tensor_parallel_size}"
+    if lay.pipeline_parallel_size > 1:
+        parallel += f" x PP {lay.pipeline_parallel_size}"
     if lay.vision_tensor_parallel_size:
         parallel += f" (vision TP {lay.vision_tensor_parallel_size})"
     return (

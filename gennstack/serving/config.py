@@ -23,9 +23,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializationInfo, SerializerFunctionWrapHandler, field_validator, model_serializer, model_validator
 
 from gennstack.config_base import FieldError, StrictModel
+from gennstack.serving.multinode import MultiNodeServing
 from gennstack.serving.support import effective_release, neuron_release_of, release_error
 
 __all__ = ["G6eServing", "Inf2Serving", "ServingConfig", "Trn2Serving", "INF2_NEURON_CORES", "TRN2_LOGICAL_CORES"]
@@ -268,6 +269,25 @@ class ServingConfig(StrictModel):
     inf2: Inf2Serving = Inf2Serving()
     trn2: Trn2Serving = Trn2Serving()
     g6e: G6eServing = G6eServing()
+    # One extra model whose replicas span several nodes (gennstack.serving.multinode); off by default.
+    multi_node: MultiNodeServing = MultiNodeServing()
+
+    @model_serializer(mode="wrap")
+    def _without_default_multi_node(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> dict[str, Any]:
+        # The stack records the config it was built from in the template's metadata: left at its
+        # default (off), multi_node is not recorded, so a config without it synthesizes as before.
+        data = handler(self)
+        if self.multi_node == MultiNodeServing():
+            data.pop("multi_node", None)
+        return data
+
+    @model_validator(mode="after")
+    def _multi_node_image(self) -> ServingConfig:
+        try:
+            _check_image(self.multi_node.image)
+        except ValueError as exc:
+            raise FieldError("multi_node.image", self.multi_node.image, str(exc)) from None
+        return self
 
     @field_validator("namespace")
     @classmethod

@@ -12,15 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gennstack.config_base import ConfigError
-from gennstack.instances import INSTANCE_TYPES, NEURON_CORES_PER_DEVICE
+from gennstack.instances import INSTANCE_TYPES, NEURON_CORES_PER_DEVICE, pool_limits
 from gennstack.serving.capacity import MODELS, CapacityError, Layout, Plan, check, plan
 from gennstack.serving.config import ServingConfig
-from gennstack.serving.scaling import check_nodes_admit
+from gennstack.serving.multinode import multi_node_plan
+from gennstack.serving.scaling import check_nodes_admit, worst_case_usage
 
 if TYPE_CHECKING:
     from gennstack.generations import GenerationsConfig
 
-__all__ = ["check_fits", "layout", "plans"]
+__all__ = ["check_fits", "check_multi_node", "layout", "plans"]
 
 
 def layout(generation: str, serving: ServingConfig) -> Layout:
@@ -87,6 +88,7 @@ def check_fits(generations: GenerationsConfig, serving: ServingConfig) -> None:
         _check_chunked_attention(serving, MODELS[trn2.model_id])
     _check_compile_capacity(generations, serving)
     check_nodes_admit(generations, serving)
+    check_multi_node(generations, serving)
 
 
 def _check_compile_capacity(generations: GenerationsConfig, serving: ServingConfig) -> None:
@@ -127,3 +129,52 @@ def _check_chunked_attention(serving: ServingConfig, model) -> None:
             f"serving.trn2.context_parallel_size: got {cp}; allowed: a divisor of {model.model_id}'s attention chunk "
             f"({chunk}) and of the last chunk of max_model_len ({seq_len} % {chunk} = {seq_len % chunk})"
         )
+
+
+def check_multi_node(generations: GenerationsConfig, serving: ServingConfig) -> None:
+    """An enabled multi-node model runs on an enabled GPU generation that may launch its instance
+    type, fits its GPUs' memory, and its groups fit the NodePool's limits next to that generation's
+    own replicas at their worst case."""
+    section = serving.multi_node
+    if not section.enabled:
+        return
+    key = "serving.multi_node"
+    generation = getattr(generations, section.generation)
+    if not generation.enabled:
+        raise ConfigError(f"{key}.generation: got {section.generation!r}; allowed: an enabled generation "
+                          f"(generations.{section.generation}.enabled is false), whose NodePool runs the groups")
+    if section.instance_type not in generation.instance_types:
+        raise ConfigError(f"{key}.instance_type: got {section.instance_type!r}; allowed: one of "
+                          f"generations.{section.generation}.instance_types {list(generation.instance_types)}")
+    if section.model_id not in MODELS:
+        raise ConfigError(f"{key}.model_id: got {section.model_id!r}; allowed: a model whose shape "
+                          f"gennstack/serving/capacity.py MODELS knows ({sorted(MODELS)})")
+    model = MODELS[section.model_id]
+    if model.num_kv_heads % section.tensor_parallel_size and section.tensor_parallel_size % model.num_kv_heads:
+        raise ConfigError(f"{key}.tensor_parallel_size: got {section.tensor_parallel_size}; allowed: a divisor or "
+                          f"a multiple of {model.model_id}'s {model.num_kv_heads} KV heads")
+    try:
+        check(multi_node_plan(section))
+    except CapacityError as exc:
+        fix, value = exc.key, exc.value
+        if exc.key == "gpus_per_replica":  # the weights do not fit: more nodes, more stages
+            fix, value = "nodes_per_replica", section.nodes_per_replica
+        raise ConfigError(f"{key}.{fix}: got {value!r} at TP {section.tensor_parallel_size} x PP "
+                          f"{section.pipeline_parallel_size}; allowed: {exc.allowed}") from None
+    spec = INSTANCE_TYPES[section.instance_type]
+    groups = {"vcpu": spec.vcpu, "memory_gib": spec.memory_gib, "accelerators": spec.accelerators}
+    groups = {resource: need * section.nodes_per_replica * section.replicas for resource, need in groups.items()}
+    own = getattr(serving, section.generation)
+    usage = worst_case_usage(generation.instance_types, own.gpus_per_replica, own.max_replicas)
+    limits = pool_limits(generation.instance_types, generation.max_nodes)
+    names = {"vcpu": "cpu", "memory_gib": "memory_gib", "accelerators": spec.accelerator_resource}
+    for resource, need in groups.items():
+        total = need + usage[resource]
+        if total > limits[names[resource]]:
+            raise ConfigError(
+                f"{key}.replicas: got {section.replicas}; allowed: what generations.{section.generation}.max_nodes "
+                f"({generation.max_nodes}) admits: {section.replicas} groups of {section.nodes_per_replica} "
+                f"{section.instance_type} take {need} {names[resource]}, and {section.generation}'s own "
+                f"{own.max_replicas} replicas up to {usage[resource]}, over the NodePool's limit of "
+                f"{limits[names[resource]]}; raise generations.{section.generation}.max_nodes or lower replicas"
+            )

@@ -20,6 +20,7 @@ from gennstack.instances import INSTANCE_TYPES
 from gennstack.observability.names import PROMETHEUS_URL
 from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn2Serving
 from gennstack.serving.fit import check_fits
+from gennstack.serving.multinode import multi_node_values
 from gennstack.serving.support import NEURON_GENERATIONS, SUPPORT, effective_release
 from gennstack.storage_layout import compile_cache_prefix, model_prefix
 
@@ -138,6 +139,9 @@ def serving_values(
         "trn2": {**_model(gens.trn2, serving.trn2), "staged": gates["trn2"], **_trn2(serving.trn2, gens.trn2),
                  "neuronRelease": neuron_release("trn2", serving)},
         "g6e": {**_model(gens.g6e, serving.g6e), "staged": gates["g6e"], **_g6e(serving.g6e)},
+        # Only when on: off, the chart's default (multiNode.enabled false) renders nothing of it.
+        **({"multiNode": multi_node_values(serving.multi_node, model_prefix(
+            serving.multi_node.model_id, serving.multi_node.model_revision))} if serving.multi_node.enabled else {}),
     }
 
 

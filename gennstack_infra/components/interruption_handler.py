@@ -76,11 +76,15 @@ def drain_on(config: GenNStackConfig) -> dict[str, dict[str, Any]]:
     from gennstack_infra.components.node_pools import POOL_NAMES
 
     configured = config.interruptions.drain_on
+    multi_node = config.serving.multi_node
     return {
         POOL_NAMES[name]: {
             "signals": [DRAIN_SIGNALS[signal] for signal in getattr(configured, name)],
             # the serving chart's selectorLabels of the generation's server pods
             "pods": f"app.kubernetes.io/name={POOL_NAMES[name]},app.kubernetes.io/component=server",
+            # and of its multi-node groups' pods (templates/multinode-lws.yaml), drained a group at a time
+            **({"groups": f"app.kubernetes.io/name={POOL_NAMES[name]}-multinode,app.kubernetes.io/component=server"}
+               if multi_node.enabled and multi_node.generation == name else {}),
         }
         for name in config.generations.enabled()
         if getattr(configured, name)

@@ -8,10 +8,11 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 from gennstack_infra.components.cluster import pinned_chart
 from gennstack import versions
-from gennstack.controller_values import operator_values
+from gennstack.controller_values import lws_values, operator_values
 
 class Operators(Construct):
-    """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA.
+    """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA; the LeaderWorkerSet
+    controller (LWS v0.10.0) only while serving.multi_node is on.
 
     Relies on: Karpenter does not mark an accelerator node initialized until its device plugin
     registers ``aws.amazon.com/neuron`` or ``nvidia.com/gpu``; none of these charts calls AWS, so
@@ -20,7 +21,7 @@ class Operators(Construct):
     the system node group shares with it.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, multi_node: bool = False) -> None:
         super().__init__(scope, construct_id)
         values = operator_values()
         namespaces = {
@@ -50,4 +51,11 @@ class Operators(Construct):
                 # KubeRay's operator (and KEDA, for ScaledObjects) must serve before the serving chart arrives.
                 wait=True,
                 timeout=Duration.minutes(10),
+            )
+        if multi_node:
+            # The LeaderWorkerSet controller and its webhooks, only while serving.multi_node is on: its
+            # webhook must admit the serving chart's LeaderWorkerSet, so it serves before that arrives.
+            self.charts[versions.LWS.name] = pinned_chart(
+                self, "LeaderWorkerSet", cluster=cluster, chart=versions.LWS, namespace="lws-system",
+                values=lws_values(), wait=True, timeout=Duration.minutes(10),
             )

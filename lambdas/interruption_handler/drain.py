@@ -36,6 +36,18 @@ then, or until the record expires for a rebalance that never became an interrupt
 
 One pod list per drain: the generation's serving pods (the ``DRAIN_ON`` selector, no field
 selector), split by ``spec.nodeName`` here.
+
+Multi-node replicas (``DRAIN_ON``'s ``groups`` selector: the serving chart's LeaderWorkerSet pods) are
+drained a group at a time: a doomed node holding any member takes every pod of that member's group
+out of routing (the Service selects the leaders, worker index 0; the label goes on every member so
+that the group reads as one state), and the group counts once in ``Routing.groups`` however many of
+its members are doomed, and only when this call changed it. A group is the pods sharing LWS v0.10.0's
+``leaderworkerset.sigs.k8s.io/group-key`` label (api/leaderworkerset/v1/leaderworkerset_types.go
+GroupUniqueHashLabelKey; set on the leader by pkg/webhooks/pod_webhook.go and copied to the workers'
+StatefulSet by pkg/controllers/pod_controller.go), named by its leader (``leaderworkerset.sigs.k8s.io/
+worker-index`` "0"). The last serving group stays, as the last replica does. A group is restored
+whole once none of its members is on a doomed node; one that loses a member is recreated by LWS
+(RecreateGroupOnPodRestart) with the chart's ``"true"``.
 """
 
 from __future__ import annotations
@@ -49,6 +61,8 @@ from .kube import KubeClient
 from .settings import Drain
 
 ROUTABLE_LABEL = "gennstack.io/routable"
+GROUP_KEY_LABEL = "leaderworkerset.sigs.k8s.io/group-key"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 NODES_PATH = "/api/v1/nodes"
 READY = "Ready"  # the pod condition (k8s.io/api core/v1 PodReady)
@@ -65,6 +79,12 @@ class Routing:
     unchanged: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+    # Multi-node groups (by leader pod name) this call took out of routing: each once.
+    groups: list[str] = field(default_factory=list)
+
+    def add(self, other: Routing) -> Routing:
+        return Routing(self.value, self.changed + other.changed, self.unchanged + other.unchanged,
+                       self.gone + other.gone, self.kept + other.kept, self.groups + other.groups)
 
 
 def pods_path(namespace: str) -> str:
@@ -157,15 +177,75 @@ def set_routing(kube: KubeClient, *, namespace: str, node: str, routable: bool, 
     return result
 
 
+def group_key(pod: dict[str, Any]) -> str | None:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(GROUP_KEY_LABEL)
+
+
+def _leader(members: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((p for p in members if ((p.get("metadata") or {}).get("labels") or {}).get(WORKER_INDEX_LABEL) == "0"), None)
+
+
+def groups_of(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``{group key: its pods}`` of LeaderWorkerSet pods (pods without the key belong to no group)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        if (key := group_key(pod)) is not None:
+            found.setdefault(key, []).append(pod)
+    return found
+
+
+def _group_name(key: str, members: list[dict[str, Any]], namespace: str) -> str:
+    leader = _leader(members)
+    return _name(leader, namespace=namespace, node=None) if leader is not None else key
+
+
+def drain_groups(kube: KubeClient, *, namespace: str, pods: list[dict[str, Any]], nodes: set[str]) -> Routing:
+    """Drain every group with a member on ``nodes`` (``pods``: all the groups' pods), whole, unless no
+    other group's leader would still serve: then the doomed groups stay routable and are ``kept``."""
+    groups = groups_of(pods)
+    doomed = {key: members for key, members in groups.items() if any(node_of(p) in nodes for p in members)}
+    where = ",".join(sorted(nodes))
+    if not doomed:
+        return Routing("false")
+    others = [_leader(members) for key, members in groups.items() if key not in doomed]
+    if not any(leader is not None and is_serving(leader) for leader in others):
+        restored = set_routing(kube, namespace=namespace, node=where, routable=True,
+                               pods=[p for members in doomed.values() for p in members])
+        return Routing("false", gone=restored.gone, kept=restored.unchanged + restored.changed)
+    result = Routing("false")
+    for key, members in sorted(doomed.items()):
+        routing = set_routing(kube, namespace=namespace, node=where, routable=False, pods=members)
+        if routing.changed:
+            routing.groups.append(_group_name(key, members, namespace))
+        result = result.add(routing)
+    return result
+
+
+def restore_groups(kube: KubeClient, *, namespace: str, pods: list[dict[str, Any]], doomed_nodes: set[str]) -> Routing:
+    """Put back, whole, every group none of whose members is on ``doomed_nodes``."""
+    stale = [
+        p for members in groups_of(pods).values() if not any(node_of(m) in doomed_nodes for m in members)
+        for p in members
+        if ((p.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL) != "true"
+        and not (p.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    return set_routing(kube, namespace=namespace, node="(not doomed)", routable=True, pods=stale)
+
+
 def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, instance_id: str) -> tuple[str | None, Routing]:
     """Take the serving pods on ``instance_id``'s node out of load balancing, unless they are the
-    generation's last serving pods (then ``kept``). ``(None, empty)``: no node."""
+    generation's last serving pods (then ``kept``); with ``drain.groups``, the whole multi-node group
+    of a member on it. ``(None, empty)``: no node."""
     node = next((name for name, instance in pool_nodes(kube, pool).items() if instance == instance_id), None)
     if node is None:
         return None, Routing("false")
     pods = kube.list_items(pods_path(namespace), label_selector=drain.pods)
     routing = drain_nodes(kube, namespace=namespace, pods=pods, nodes={node})
-    return node, undo_if_last(kube, namespace=namespace, drain=drain, routing=routing, node=node)
+    routing = undo_if_last(kube, namespace=namespace, drain=drain, routing=routing, node=node)
+    if drain.groups is not None:
+        members = kube.list_items(pods_path(namespace), label_selector=drain.groups)
+        routing = routing.add(drain_groups(kube, namespace=namespace, pods=members, nodes={node}))
+    return node, routing
 
 
 def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str],
@@ -191,6 +271,14 @@ def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, 
         newly = {name for name, instance in nodes.items() if instance in recheck()} - doomed_nodes
         stale = [pod for pod in stale if node_of(pod) not in newly]
     restored = set_routing(kube, namespace=namespace, node="(not doomed)", routable=True, pods=stale)
+    if drain.groups is not None:
+        members = kube.list_items(pods_path(namespace), label_selector=drain.groups)
+        drained = drained.add(drain_groups(kube, namespace=namespace, pods=members, nodes=doomed_nodes))
+        keep = set(doomed_nodes)
+        if recheck is not None and any(((p.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL) != "true"
+                                       for p in members):
+            keep |= {name for name, instance in nodes.items() if instance in recheck()}
+        restored = restored.add(restore_groups(kube, namespace=namespace, pods=members, doomed_nodes=keep))
     return drained, restored
 
 

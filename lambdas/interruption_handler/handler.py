@@ -115,6 +115,9 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
             _metric("RestoredPods", MetricUnit.Count, len(result.restored_pods), namespace, generation=result.generation)
         if result.kept_pods and result.generation:
             _metric("KeptPods", MetricUnit.Count, len(result.kept_pods), namespace, generation=result.generation)
+        if result.drained_groups and result.generation:
+            # One per multi-node replica, however many of its members' nodes are doomed.
+            _metric("DrainedGroups", MetricUnit.Count, len(result.drained_groups), namespace, generation=result.generation)
         if result.outcome == "recorded" and result.generation:
             _metric("Interruptions", MetricUnit.Count, 1, namespace, generation=result.generation, signal=result.signal or "")
             if result.prewarm_latency_ms is not None:

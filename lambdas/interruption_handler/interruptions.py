@@ -78,6 +78,8 @@ class Result:
     drained_pods: list[str] | None = None
     restored_pods: list[str] | None = None
     kept_pods: list[str] | None = None
+    # multi-node replicas (LeaderWorkerSet groups, by leader) this drain took out of routing, each once
+    drained_groups: list[str] | None = None
     drain_latency_ms: float | None = None
 
     def log_fields(self) -> dict[str, Any]:
@@ -166,6 +168,8 @@ def handle_interruption(
                 result.node = node
                 result.drained_pods = routing.changed
                 result.kept_pods = routing.kept
+                if routing.groups:
+                    result.drained_groups = routing.groups
                 result.drain_latency_ms = round(max(0.0, clock() - interruption.event_time.timestamp()) * 1000, 1)
         touched[spare.generation] = spare
     # Scale after recording every instance, once per generation (a Health event may name several).
@@ -474,7 +478,8 @@ def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, A
             continue
         if drained.changed or restored.changed or drained.kept:
             results.append(Result("routing", nodepool=pool, generation=spare.generation,
-                                  drained_pods=drained.changed, restored_pods=restored.changed, kept_pods=drained.kept))
+                                  drained_pods=drained.changed, restored_pods=restored.changed, kept_pods=drained.kept,
+                                  drained_groups=drained.groups or None))
     return results
 
 

@@ -152,10 +152,14 @@ class Drain:
 
     signals: frozenset[str]
     pods: str  # label selector of the generation's serving pods
+    # Label selector of the pods of multi-node replicas (LeaderWorkerSet groups) on the same
+    # NodePool, drained and restored a whole group at a time (drain.py); None: none.
+    groups: str | None = None
 
 
 def parse_drain_on(raw: str, warm_spares: Mapping[str, WarmSpare]) -> dict[str, Drain]:
-    """Parse ``DRAIN_ON``: ``{"<nodepool>": {"signals": ["rebalance_recommendation", ...], "pods": "<selector>"}}``.
+    """Parse ``DRAIN_ON``: ``{"<nodepool>": {"signals": ["rebalance_recommendation", ...], "pods": "<selector>"}}``,
+    plus ``"groups": "<selector>"`` where multi-node replicas (LeaderWorkerSet groups) share the NodePool.
 
     ``{}`` (or unset) drains nothing. Each NodePool must have a ``WARM_SPARES`` entry (its serving
     namespace comes from it).
@@ -171,14 +175,17 @@ def parse_drain_on(raw: str, warm_spares: Mapping[str, WarmSpare]) -> dict[str, 
         where = f"DRAIN_ON[{pool!r}]"
         if pool not in warm_spares:
             raise ConfigError(f"{where}: no WARM_SPARES entry for that NodePool")
-        if not isinstance(entry, dict) or set(entry) != {"signals", "pods"}:
-            raise ConfigError(f"{where} must be an object with exactly the keys ['pods', 'signals']")
+        if not isinstance(entry, dict) or not {"signals", "pods"} <= set(entry) <= {"signals", "pods", "groups"}:
+            raise ConfigError(f"{where} must be an object with exactly the keys ['pods', 'signals'], and optionally 'groups'")
         signals = entry["signals"]
         if not isinstance(signals, list) or any(s not in DRAIN_SIGNALS for s in signals):
             raise ConfigError(f"{where}.signals={signals!r}: must be a list of {sorted(DRAIN_SIGNALS)}")
         if not isinstance(entry["pods"], str) or not _SELECTOR.match(entry["pods"]):
             raise ConfigError(f"{where}.pods={entry['pods']!r}: must be a label selector such as 'app=x,role=server'")
-        drain[pool] = Drain(frozenset(signals), entry["pods"])
+        groups = entry.get("groups")
+        if groups is not None and (not isinstance(groups, str) or not _SELECTOR.match(groups)):
+            raise ConfigError(f"{where}.groups={groups!r}: must be a label selector such as 'app=x,role=server'")
+        drain[pool] = Drain(frozenset(signals), entry["pods"], groups)
     return drain
 
 

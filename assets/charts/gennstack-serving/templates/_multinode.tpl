@@ -1,0 +1,98 @@
+{{/*
+The pod template of a multi-node group's leader or worker (templates/multinode-lws.yaml). Call with
+(dict "root" $ "ctx" $ctx "m" .Values.multiNode "role" "leader|worker" "args" (vLLM args) "cpu" "memory" "checksum").
+*/}}
+{{- define "gennstack-serving.multiNodePod" -}}
+{{- $root := .root }}{{- $ctx := .ctx }}{{- $m := .m }}{{- $gen := $ctx.gen }}
+{{- $leader := eq .role "leader" }}
+metadata:
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+    {{- include "gennstack-serving.selectorLabels" $ctx | nindent 4 }}
+    {{- include "gennstack-serving.routableLabel" $root | nindent 4 }}
+    gennstack.io/multinode-role: {{ .role }}
+  annotations:
+    # One zone per group, one group per zone (LWS's pod webhook turns this into pod (anti-)affinity).
+    leaderworkerset.sigs.k8s.io/exclusive-topology: topology.kubernetes.io/zone
+    # Kept for the pod's life: Karpenter never consolidates or drifts a member away on its own,
+    # since losing any member costs the whole replica. Spot reclaims still do (docs/serving.md).
+    karpenter.sh/do-not-disrupt: "true"
+    checksum/scripts: {{ .checksum }}
+spec:
+  serviceAccountName: {{ $root.Values.serviceAccounts.serving.name }}
+  priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
+  terminationGracePeriodSeconds: {{ $root.Values.spot.terminationGracePeriodSeconds }}
+  {{- include "gennstack-serving.placement" $ctx | nindent 2 }}
+  {{- /* The staging gate of the other servers, read from multiNode.staged and the marker of this model. */}}
+  {{- include "gennstack-serving.schedulingGates" (dict "root" $root "gen" (dict "name" "multiNode" "pool" $gen.pool "neuron" false "modelPrefix" $gen.modelPrefix)) | nindent 2 }}
+  {{- /* placement's nodeSelector, plus the one instance type every member must be. */}}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions:
+              - key: node.kubernetes.io/instance-type
+                operator: In
+                values: [{{ $m.instanceType | quote }}]
+    # Every member on a node of its own (each takes all of a node's GPUs anyway).
+    podAntiAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "gennstack-serving.selectorLabels" $ctx | nindent 14 }}
+  containers:
+    - name: {{ ternary "vllm" "ray-worker" $leader }}
+      image: {{ $gen.image }}
+      imagePullPolicy: {{ $root.Values.images.pullPolicy }}
+      command: ["python3", "/scripts/multinode_bootstrap.py", {{ .role | quote }}]
+      env:
+        {{- include "gennstack-serving.awsEnv" $ctx | nindent 8 }}
+        # Nothing from the internet on the serving path.
+        - name: HF_HUB_OFFLINE
+          value: "1"
+        - name: RAY_USAGE_STATS_ENABLED
+          value: "0"
+        - name: RAY_PORT
+          value: {{ $m.rayPort | quote }}
+        - name: GROUP_TIMEOUT_SECONDS
+          value: {{ $m.groupTimeoutSeconds | quote }}
+        # Ray's object store lives in /dev/shm (the dshm volume, 16Gi): keep it well inside that.
+        - name: RAY_START_ARGS
+          value: '["--object-store-memory=8000000000"]'
+        {{- if $leader }}
+        - name: VLLM_ARGS
+          value: {{ toJson .args | quote }}
+        {{- end }}
+      ports:
+        {{- if $leader }}
+        - name: http
+          containerPort: 8000
+        {{- end }}
+        - name: ray
+          containerPort: {{ $m.rayPort }}
+      {{- if $leader }}
+      {{- include "gennstack-serving.probes" (dict "path" "/health" "port" "http" "timeout" $m.startupTimeoutSeconds) | nindent 6 }}
+      {{- include "gennstack-serving.lifecycle" $ctx | nindent 6 }}
+      {{- end }}
+      resources:
+        requests:
+          cpu: {{ .cpu | quote }}
+          memory: {{ .memory }}
+          {{ $gen.resource }}: {{ $m.gpusPerNode | quote }}
+        limits:
+          memory: {{ .memory }}
+          {{ $gen.resource }}: {{ $m.gpusPerNode | quote }}
+      securityContext:
+        allowPrivilegeEscalation: false
+      volumeMounts:
+        - name: scripts
+          mountPath: /scripts
+          readOnly: true
+        - name: cache
+          mountPath: /cache
+        - name: dshm
+          mountPath: /dev/shm
+  volumes:
+    {{- include "gennstack-serving.volumes" $ctx | nindent 4 }}
+{{- end }}
