@@ -142,6 +142,7 @@ EXPECTED_OUTPUT = {
     "npx cdk synth": None,  # checked on the files it writes
     ".venv/bin/gennstack preflight": "FAIL    credentials  no region",
     ".venv/bin/gennstack bench demo": "report.html",
+    ".venv/bin/gennstack bench compare-routing": "wrote mock-routing.json and mock-routing.md",
     ".venv/bin/gennstack drill --local": "results: drill-results/",
     ".venv/bin/gennstack gateway local": '"static_resources"',
     ".venv/bin/gennstack cost": "TOTAL $",

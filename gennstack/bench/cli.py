@@ -5,16 +5,15 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
-from gennstack.bench.config import BenchConfig, ConfigError, Distribution, parse_concurrency
+from gennstack.bench.config import WORKLOADS, BenchConfig, ConfigError, Distribution, Workload, parse_concurrency
+from gennstack.bench.run import execute
 
 DEFAULT_DURATION_S = 60.0
 DESCRIPTION = """\
@@ -25,6 +24,8 @@ LLMPerf-compatible files to --output-dir. Metric definitions: docs/benchmark.md.
 
 examples:
   gennstack bench demo                      # against a local mock server, one command
+  gennstack bench --base-url http://127.0.0.1:8080/v1 --model smollm2 --workload multi-turn --turns 6 --think-time 1
+  gennstack bench --base-url http://127.0.0.1:8080/v1 --model smollm2 --workload shared-prefix --num-prefixes 8 --prefix-tokens 400 --prefix-zipf 1.1
   gennstack bench --base-url https://gateway/v1 --ca-file gennstack-ca.pem --model llama --concurrency 32,160,200
   gennstack bench compare gen1/result.json gen2/result.json
 """
@@ -66,6 +67,23 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, for_demo: bool = False
     parser.add_argument("--events", type=Path, metavar="FILE",
                         help="JSON-lines event markers (gennstack drill's drill-events.jsonl), read after each level and "
                              "placed on its timeline; the file may be written while the bench runs")
+    load = parser.add_argument_group(
+        "workload (what each request holds; docs/benchmark.md#workloads)")
+    load.add_argument("--workload", choices=WORKLOADS, default="single",
+                      help="single: a fresh prompt per request; multi-turn: conversations that resend their history each "
+                           "turn; shared-prefix: a system prompt from a skewed set, then a distinct question (default: %(default)s)")
+    load.add_argument("--turns", type=int, default=1,
+                      help="multi-turn: turns per conversation, each a new user message of --prompt-tokens (default: %(default)s)")
+    load.add_argument("--think-time", type=float, default=0.0,
+                      help="multi-turn: seconds from an answer to the conversation's next turn (default: %(default)s)")
+    load.add_argument("--num-prefixes", type=int, default=0,
+                      help="shared-prefix (or multi-turn, one per conversation): distinct system prompts to pick from")
+    load.add_argument("--prefix-tokens", type=int, default=0, help="length of each system prompt in tokens (approximate, synthetic words)")
+    load.add_argument("--prefix-zipf", type=float, default=0.0,
+                      help="skew of the pick: prefix k (1..N) with probability proportional to 1/k**S; 0: uniform (default: %(default)s)")
+    load.add_argument("--record-header", metavar="NAME",
+                      help="record this response header per request (requests.csv upstream, result.json upstreams), "
+                           "e.g. the replica a gateway chose")
     layout = parser.add_argument_group("layout of the target (recorded in result.json; the report then shows $ per 1M tokens)")
     layout.add_argument("--instance-type", help="node type serving the endpoint, e.g. g6e.12xlarge")
     layout.add_argument("--replicas", type=int, help="model-server replicas behind the endpoint")
@@ -80,13 +98,48 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser)
     parser.set_defaults(func=run_bench)
-    sub = parser.add_subparsers(dest="bench_command", metavar="{compare,mock-server,demo}")
+    sub = parser.add_subparsers(dest="bench_command", metavar="{compare,compare-routing,mock-server,demo}")
 
     compare = sub.add_parser("compare", help="put two or more result files side by side (terminal and HTML)")
     compare.add_argument("results", nargs="+", help="result.json files or run directories")
     compare.add_argument("--label", action="append", help="name of each run, in order (default: its directory name)")
     compare.add_argument("--html", type=Path, default=Path("bench-results") / "compare.html", help="HTML page to write (default: %(default)s)")
     compare.set_defaults(func=run_compare)
+
+    from gennstack.bench import routing_compare
+
+    routing = sub.add_parser("compare-routing", help="least-request against prefix-aware routing on local replicas (minutes)",
+                             description=routing_compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    d = routing_compare.CompareSettings()
+    routing.add_argument("--backend", choices=("llama", "mock"), default=d.backend,
+                         help="llama: SmolLM2 on llama-cpp-python (make setup-demo); mock: mock servers (default: %(default)s)")
+    routing.add_argument("--replicas", type=int, default=d.replicas, help="model servers (default: %(default)s)")
+    routing.add_argument("--runs", type=int, default=d.runs, help="runs per policy, fresh servers each (default: %(default)s)")
+    routing.add_argument("--seed", type=int, default=d.seed, help="seed of run 1; run k uses seed + k - 1 (default: %(default)s)")
+    routing.add_argument("--conversations", type=int, default=d.conversations, help="multi-turn: conversations at a time (default: %(default)s)")
+    routing.add_argument("--turns", type=int, default=d.turns, help="multi-turn: turns per conversation (default: %(default)s)")
+    routing.add_argument("--think-time", type=float, default=d.think_time_s, help="multi-turn: seconds between turns (default: %(default)s)")
+    routing.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="multi-turn: tokens per user message (default: %(default)s)")
+    routing.add_argument("--max-tokens", type=int, default=d.max_tokens, help="tokens per answer (default: %(default)s)")
+    routing.add_argument("--shared-requests", type=int, default=d.shared_requests, help="shared-prefix: requests (default: %(default)s)")
+    routing.add_argument("--shared-concurrency", type=int, default=d.shared_concurrency, help="shared-prefix: concurrency (default: %(default)s)")
+    routing.add_argument("--num-prefixes", type=int, default=d.num_prefixes, help="shared-prefix: system prompts (default: %(default)s)")
+    routing.add_argument("--prefix-tokens", type=int, default=d.prefix_tokens, help="shared-prefix: tokens per system prompt (default: %(default)s)")
+    routing.add_argument("--prefix-zipf", type=float, default=d.prefix_zipf, help="shared-prefix: Zipf exponent of the pick (default: %(default)s)")
+    routing.add_argument("--question-tokens", type=int, default=d.question_tokens, help="shared-prefix: tokens per question (default: %(default)s)")
+    routing.add_argument("--no-kill", action="store_true", help="skip the kill drill")
+    routing.add_argument("--kill-after", type=float, default=d.kill_after,
+                         help="kill drill: kill the busiest replica once this fraction of the run's requests was served (default: %(default)s)")
+    routing.add_argument("--kill-turns", type=int, default=d.kill_turns, help="kill drill: turns per conversation (default: %(default)s)")
+    routing.add_argument("--health-interval", type=int, default=d.health_interval_s,
+                         help="the gateway's active health check interval, seconds (default: %(default)s)")
+    routing.add_argument("--result", type=Path, default=routing_compare.RESULT_FILE,
+                         help="the comparison (JSON), its markdown table beside it (.md) (default: %(default)s)")
+    routing.add_argument("--work-dir", type=Path, default=Path("bench-results") / "compare-routing",
+                         help="each run's bench results and server logs (default: %(default)s)")
+    routing.add_argument("--update-readme", type=Path, metavar="README",
+                         help="replace the block between <!-- prefix-routing:start/end --> in README with comparison.md")
+    routing.set_defaults(func=run_compare_routing)
 
     from gennstack.bench import mockserver
 
@@ -135,6 +188,9 @@ def config_from_args(args: argparse.Namespace, *, base_url: str, model: str, api
         extra_body=extra_body,
         seed=args.seed,
         ca_file=getattr(args, "ca_file", None),
+        workload=Workload(kind=args.workload, turns=args.turns, think_time_s=args.think_time, num_prefixes=args.num_prefixes,
+                          prefix_tokens=args.prefix_tokens, prefix_zipf=args.prefix_zipf),
+        record_header=args.record_header,
     )
 
 
@@ -151,82 +207,6 @@ def layout_from_args(args: argparse.Namespace):
         return BenchLayout(**given)
     except CostInputError as exc:
         raise ConfigError(str(exc)) from None
-
-
-def default_output_dir(model: str, now: datetime) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", model).strip("-") or "model"
-    return Path("bench-results") / f"{now.strftime('%Y%m%dT%H%M%SZ')}-{slug}"
-
-
-def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str], progress: bool = True,
-            upload: str | None = None, console=None, layout=None, events: Path | None = None) -> tuple[int, dict, Path]:
-    """Run every level, write all outputs, print the summary. Returns (exit code, result, dir).
-
-    Each level gets a ``timeline`` (gennstack.bench.timeline), with the markers of ``events`` when given."""
-    from rich.console import Console
-
-    from gennstack.bench import llmperf, report
-    from gennstack.bench.console import LevelProgress, cost_table, failures_table, summary_tables, timeline_table
-    from gennstack.bench.metrics import summarize_level
-    from gennstack.bench.results import REPORT_FILE, REQUESTS_FILE, RESULT_FILE, build_result, write_requests_csv, write_result
-    from gennstack.bench.runner import run_level
-    from gennstack.bench.timeline import EventsFileError, build_timeline, load_events, markers_for_level
-
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
-    started = datetime.now(timezone.utc)
-    output_dir = output_dir or default_output_dir(config.model, started)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    runs, levels = [], []
-    for concurrency in config.concurrency:
-        total = None if config.num_requests is None else config.num_requests + config.warmup_requests_for(concurrency)
-        length = None if config.duration_s is None else config.warmup_s + config.duration_s
-        with LevelProgress(console, concurrency=concurrency, duration_s=length, total_requests=total,
-                           enabled=progress and console.is_terminal) as bar:
-            run = asyncio.run(run_level(config, concurrency, on_record=bar.on_record))
-        runs.append(run)
-        level = summarize_level(run)
-        markers = []
-        if events is not None:
-            try:
-                markers = markers_for_level(load_events(events), started_unix=run.started_wall, end_s=run.window_end)
-            except EventsFileError as exc:
-                console.print(f"[red]timeline without markers: {exc}[/red]")
-        level["timeline"] = build_timeline(run.records, window_start=run.window_start, window_end=run.window_end,
-                                           markers=markers)
-        levels.append(level)
-        llmperf.write(run, config, output_dir / "llmperf" / f"concurrency-{concurrency}")
-    result = build_result(config, levels, command=command, started_at=started, layout=layout)
-    write_result(result, output_dir / RESULT_FILE)
-    write_requests_csv(runs, output_dir / REQUESTS_FILE)
-    result["_label"] = output_dir.name
-    (output_dir / REPORT_FILE).write_text(report.render([result]), encoding="utf-8")
-    del result["_label"]
-    console.print(f"[bold]gennstack bench[/bold] · {config.model} · {config.chat_url}")
-    for table in summary_tables(levels, title="results"):
-        console.print(table)
-    from gennstack.cost.tokens import report_costs
-
-    costs = report_costs(result)
-    if isinstance(costs, str):
-        console.print(f"$ per 1M tokens: {costs}")
-    else:
-        console.print(cost_table(*costs))
-    failures = failures_table(levels)
-    if failures is not None:
-        console.print(failures)
-    console.print(timeline_table(levels))
-    sources = {lvl["token_source"] for lvl in levels}
-    console.print(f"n (output tokens) from: {', '.join(sorted(sources))}  ·  results in {output_dir}/ "
-                  f"({RESULT_FILE}, {REQUESTS_FILE}, {REPORT_FILE}, llmperf/)")
-    if upload:
-        from gennstack.bench.upload import upload_directory
-
-        keys = upload_directory(output_dir, upload)
-        console.print(f"uploaded {len(keys)} files to {upload.rstrip('/')}/{output_dir.name}/")
-    ok = any(lvl["requests"]["completed"] for lvl in levels)
-    if not ok:
-        console.print("[red]no request completed: see the failures above[/red]")
-    return (0 if ok else 1), result, output_dir
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -299,4 +279,30 @@ def run_compare(args: argparse.Namespace) -> int:
     args.html.parent.mkdir(parents=True, exist_ok=True)
     args.html.write_text(compare.render_html(results), encoding="utf-8")
     print(f"wrote {args.html}")
+    return 0
+
+
+def run_compare_routing(args: argparse.Namespace) -> int:
+    from gennstack.bench import routing_compare as rc
+
+    try:
+        settings = rc.CompareSettings(
+            backend=args.backend, replicas=args.replicas, runs=args.runs, seed=args.seed, conversations=args.conversations,
+            turns=args.turns, think_time_s=args.think_time, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+            shared_requests=args.shared_requests, shared_concurrency=args.shared_concurrency, num_prefixes=args.num_prefixes,
+            prefix_tokens=args.prefix_tokens, prefix_zipf=args.prefix_zipf, question_tokens=args.question_tokens,
+            kill=not args.no_kill, kill_after=args.kill_after, kill_turns=args.kill_turns, health_interval_s=args.health_interval)
+        if args.update_readme is not None and rc.README_START not in args.update_readme.read_text(encoding="utf-8"):
+            raise rc.CompareError(f"--update-readme={str(args.update_readme)!r}: no {rc.README_START} block in it")
+        result = rc.compare(settings, args.work_dir, log=lambda line: print(line, flush=True))
+    except (rc.CompareError, OSError) as exc:
+        print(f"gennstack bench compare-routing: error: {exc}", file=sys.stderr)
+        return 2
+    table_path = rc.write(result, args.result)
+    table = rc.markdown(result)
+    print(table)
+    if args.update_readme is not None:
+        rc.update_readme(args.update_readme, table)
+        print(f"updated {args.update_readme}")
+    print(f"wrote {args.result} and {table_path}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +99,82 @@ def parse_concurrency(spec: str) -> tuple[int, ...]:
     return levels
 
 
+WORKLOADS = ("single", "multi-turn", "shared-prefix")
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What each request holds. ``single``: one fresh user prompt per request (the tool's original
+    load). ``multi-turn``: conversations of ``turns`` turns, each turn resending the history (the
+    server's own answers included) plus a new user message of ``--prompt-tokens``, ``think_time_s``
+    between an answer and the next turn. ``shared-prefix``: a system prompt of ``prefix_tokens``
+    picked from ``num_prefixes`` distinct ones with Zipf exponent ``prefix_zipf`` (0: uniform), then
+    a distinct question of ``--prompt-tokens``. A multi-turn conversation may start with such a
+    system prompt too (``num_prefixes`` given).
+
+    Flag names follow the peers' tools where they have one: genai-perf's ``--session-turns-mean`` /
+    ``--session-turn-delay-mean`` (here ``--turns`` and ``--think-time``, seconds like every time
+    flag of this tool), vLLM ``bench serve``'s ``--prefix-repetition-num-prefixes`` /
+    ``--prefix-repetition-prefix-len`` and inference-perf's ``shared_prefix.num_groups`` /
+    ``system_prompt_len`` (here ``--num-prefixes`` and ``--prefix-tokens``); none of them skews the
+    choice of prefix, so ``--prefix-zipf`` is ours (the Zipf of vLLM's multi-turn generator,
+    ``benchmarks/multi_turn``, over a finite set so any exponent >= 0 is allowed). docs/benchmark.md.
+    """
+
+    kind: str = "single"
+    turns: int = 1
+    think_time_s: float = 0.0
+    num_prefixes: int = 0
+    prefix_tokens: int = 0
+    prefix_zipf: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in WORKLOADS:
+            raise ConfigError(f"--workload={self.kind!r}: expected one of {', '.join(WORKLOADS)}")
+        if not isinstance(self.turns, int) or self.turns < 1:
+            raise ConfigError(f"--turns={self.turns!r}: must be an integer of at least 1")
+        if not (isinstance(self.think_time_s, (int, float)) and math.isfinite(self.think_time_s) and self.think_time_s >= 0):
+            raise ConfigError(f"--think-time={self.think_time_s!r}: must be 0 or more seconds")
+        if not isinstance(self.num_prefixes, int) or self.num_prefixes < 0:
+            raise ConfigError(f"--num-prefixes={self.num_prefixes!r}: must be an integer of at least 1")
+        if not isinstance(self.prefix_tokens, int) or self.prefix_tokens < 0:
+            raise ConfigError(f"--prefix-tokens={self.prefix_tokens!r}: must be an integer of at least 1")
+        if not (isinstance(self.prefix_zipf, (int, float)) and math.isfinite(self.prefix_zipf) and self.prefix_zipf >= 0):
+            raise ConfigError(f"--prefix-zipf={self.prefix_zipf!r}: must be a finite number >= 0 (0: every prefix equally likely)")
+        if self.kind != "multi-turn" and (self.turns != 1 or self.think_time_s):
+            flag = "--turns" if self.turns != 1 else "--think-time"
+            raise ConfigError(f"{flag} goes with --workload multi-turn, not --workload {self.kind}")
+        if self.kind == "single" and (self.num_prefixes or self.prefix_tokens or self.prefix_zipf):
+            raise ConfigError("--num-prefixes, --prefix-tokens and --prefix-zipf go with --workload shared-prefix "
+                              "or multi-turn, not --workload single")
+        if self.kind == "shared-prefix" and not (self.num_prefixes and self.prefix_tokens):
+            raise ConfigError(f"--workload shared-prefix needs --num-prefixes N and --prefix-tokens L of at least 1 "
+                              f"(given {self.num_prefixes} and {self.prefix_tokens})")
+        if self.kind == "multi-turn" and bool(self.num_prefixes) != bool(self.prefix_tokens):
+            raise ConfigError("--workload multi-turn: give --num-prefixes and --prefix-tokens together "
+                              f"(a system prompt for each conversation) or neither; given {self.num_prefixes} and {self.prefix_tokens}")
+        if self.prefix_zipf and not self.num_prefixes:
+            raise ConfigError("--prefix-zipf goes with --num-prefixes")
+
+    @property
+    def has_prefixes(self) -> bool:
+        return self.num_prefixes > 0
+
+    def prefix_weights(self) -> list[float]:
+        """P(prefix of rank k), k = 1..N: proportional to 1 / k ** prefix_zipf (Zipf's law over a finite set)."""
+        raw = [1.0 / (k ** self.prefix_zipf) for k in range(1, self.num_prefixes + 1)]
+        total = math.fsum(raw)
+        return [w / total for w in raw]
+
+    def to_dict(self) -> dict:
+        out: dict = {"kind": self.kind}
+        if self.kind == "multi-turn":
+            out.update(turns=self.turns, think_time_s=self.think_time_s)
+        if self.has_prefixes:
+            out.update(num_prefixes=self.num_prefixes, prefix_tokens=self.prefix_tokens, prefix_zipf=self.prefix_zipf)
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class BenchConfig:
     """Everything that shapes the load. Built by :func:`gennstack.bench.cli` from flags."""
@@ -122,6 +199,9 @@ class BenchConfig:
     # PEM file of the CA that signed the server's certificate (the gateway's own CA), trusted
     # instead of the public roots; None: the public roots.
     ca_file: str | None = None
+    workload: Workload = field(default_factory=Workload)
+    # response header recorded per request (requests.csv ``upstream``), e.g. the replica a gateway chose
+    record_header: str | None = None
 
     def __post_init__(self) -> None:
         if (self.duration_s is None) == (self.num_requests is None):
@@ -144,6 +224,8 @@ class BenchConfig:
             raise ConfigError(f"--base-url={self.base_url!r}: must start with http:// or https://")
         if self.request_timeout_s <= 0 or self.stall_timeout_s <= 0:
             raise ConfigError("--timeout and --stall-timeout must be greater than 0 seconds")
+        if self.record_header is not None and not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", self.record_header):
+            raise ConfigError(f"--record-header={self.record_header!r}: not an HTTP header name (letters, digits and -)")
         if self.ca_file is not None:
             if not self.base_url.startswith("https://"):
                 raise ConfigError(f"--ca-file goes with an https:// --base-url, not {self.base_url!r}")
@@ -180,4 +262,6 @@ class BenchConfig:
             "seed": self.seed,
             "api_key_set": bool(self.api_key),
             "ca_file": self.ca_file,
+            "workload": self.workload.to_dict(),
+            "record_header": self.record_header,
         }

@@ -150,3 +150,19 @@ def timeline_table(levels: list[dict]) -> Table:
             f"{disruption['event']} at {disruption['t_s']:.1f} s" if disruption else "no marker",
         )
     return table
+
+
+def workload_table(levels: list[dict]) -> Table | None:
+    """Per turn of a multi-turn (or the one turn of a shared-prefix) workload: TTFT of turn 1 against later turns."""
+    with_workload = [lvl for lvl in levels if lvl.get("workload")]
+    if not with_workload:
+        return None
+    t = Table(title=f"per turn ({with_workload[0]['workload']['kind']}; TTFT and end-to-end in ms)", title_justify="left")
+    for name in ("conc.", "turn", "completed", "failed", "TTFT p50", "TTFT p90", "e2e p50", "prompt tok mean"):
+        t.add_column(name, justify="right")
+    for lvl in with_workload:
+        for row in lvl["workload"]["turns"]:
+            t.add_row(str(lvl["concurrency"]), str(row["turn"]), str(row["completed"]), str(row["failed"]),
+                      _ms(row["ttft_s"]["p50"]), _ms(row["ttft_s"]["p90"]), _ms(row["e2e_s"]["p50"]),
+                      _num(row["prompt_tokens"]["mean"], 0))
+    return t

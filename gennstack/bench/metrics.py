@@ -22,6 +22,11 @@ Per level:
   reported usage).
 * ``requests_per_s``: measured requests completed inside the window / window length.
 
+With ``--workload multi-turn`` or ``shared-prefix`` a level also has ``workload``: per turn (1 = a
+conversation's first request, whose prompt no server has seen) the measured requests, TTFT and
+end-to-end latency, so turn 1 compares with later turns; and per prefix the measured requests.
+With ``--record-header``, ``upstreams`` counts measured requests by that response header's value.
+
 Quantiles use linear interpolation between closest ranks (NumPy's and pandas' default).
 """
 
@@ -118,6 +123,47 @@ def throughput_series(records: Sequence[RequestRecord], start: float, end: float
     return series
 
 
+def workload_summary(records: Sequence[RequestRecord], kind: str) -> dict:
+    """Per turn and per prefix, over measured requests (completed ones for latencies)."""
+    measured = [r for r in records if not r.warmup]
+    turns = []
+    for number in sorted({r.turn for r in measured if r.turn is not None}):
+        of_turn = [r for r in measured if r.turn == number]
+        done = [r for r in of_turn if r.status == COMPLETED]
+        turns.append({
+            "turn": number,
+            "measured": len(of_turn),
+            "completed": len(done),
+            "failed": sum(1 for r in of_turn if r.status == FAILED),
+            "ttft_s": describe(r.ttft for r in done),
+            "e2e_s": describe(r.e2e for r in done),
+            "prompt_tokens": describe(r.prompt_tokens for r in done),
+        })
+    prefixes: dict[int, int] = {}
+    for r in measured:
+        if r.prefix is not None:
+            prefixes[r.prefix] = prefixes.get(r.prefix, 0) + 1
+    later = [r.ttft for r in measured if r.status == COMPLETED and r.turn is not None and r.turn > 1]
+    return {
+        "kind": kind,
+        "conversations": len({r.conversation for r in measured if r.conversation is not None}),
+        "turns": turns,
+        "later_turns_ttft_s": describe(later),
+        "requests_by_prefix": {str(k): prefixes[k] for k in sorted(prefixes)},
+    }
+
+
+def upstream_counts(records: Sequence[RequestRecord]) -> dict[str, int] | None:
+    """Measured requests by the recorded response header's value ("" where it was absent); None when none was recorded."""
+    measured = [r for r in records if not r.warmup]
+    if not any(r.upstream is not None for r in measured):
+        return None
+    counts: dict[str, int] = {}
+    for r in measured:
+        counts[r.upstream or ""] = counts.get(r.upstream or "", 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def summarize_level(run: LevelRun) -> dict:
     """The per-level block of the result file (summary plus per-request samples)."""
     measured = [r for r in run.records if not r.warmup]
@@ -143,7 +189,7 @@ def summarize_level(run: LevelRun) -> dict:
     metrics = {key: describe(values) for key, values in samples.items()}
     metrics["chunk_gap_s"] = describe(gaps)
     aggregate = tokens_in_window(run.records, run.window_start, run.window_end) / window
-    return {
+    level = {
         "concurrency": run.concurrency,
         "mode": run.mode,
         "started_at_unix": run.started_wall,
@@ -164,3 +210,9 @@ def summarize_level(run: LevelRun) -> dict:
         "samples": {key: [round(v, 6) for v in values if v is not None] for key, values in samples.items()},
         "throughput_series": throughput_series(run.records, run.window_start, run.window_end),
     }
+    if run.workload != "single":
+        level["workload"] = workload_summary(run.records, run.workload)
+    upstreams = upstream_counts(run.records)
+    if upstreams is not None:
+        level["upstreams"] = upstreams
+    return level

@@ -36,6 +36,17 @@ line carries the server's final ``chat_requests``, ``chat_requests_after_warning
 and ``streams_in_flight``: the streams it cuts, begun and not ended).
 ``/stats`` reports ``doomed`` (the schedule), ``chat_requests_after_warning`` and ``streams_in_flight``.
 
+Prefix cache (``--prefix-cache-entries N --prefill-per-token S``) imitates a model server that keeps the
+KV state of what it served and computes only the part of a new prompt it does not hold, as
+llama-cpp-python 0.3.36 does (``Llama.generate`` evaluates the tokens after the longest common prefix
+with its current state; a ``LlamaRAMCache`` restores the cached state of the longest matching prefix)
+and vLLM's automatic prefix caching does per block: a prompt is its messages as words (``<role>`` then
+the content's words), every completed stream stores its prompt plus ``<assistant>`` and its answer's
+words (the last N, least recently used evicted), and the first chunk waits ``--ttft`` plus ``S`` per
+word after the longest stored prefix. ``/stats`` counts ``prompt_words`` and ``cached_prompt_words``
+(vLLM's ``prefix_cache_queries`` / ``prefix_cache_hits``, in words). ``--record-requests FILE`` appends
+each chat request's ``messages`` and ``max_tokens`` to FILE as one JSON line.
+
 The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
 transfer encoding), so that the scheduling cost per chunk stays low and predictable.
 """
@@ -126,6 +137,9 @@ class MockSettings:
     # a non-streaming answer is sent whole when the stream's last chunk would be (ttft + (C-1) x itl), as
     # vLLM sends nothing before a non-streaming answer is done; False: at once
     paced_non_streaming: bool = False
+    prefix_cache_entries: int = 0  # 0: no prefix cache
+    prefill_s_per_token: float = 0.0  # extra TTFT per prompt word not in the prefix cache
+    record_file: str | None = None
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -150,6 +164,8 @@ class MockStats:
     completed_answers: int = 0  # non-streaming answers sent whole
     abandoned_answers: int = 0  # paced non-streaming answers whose client went away before they were done
     doomed: dict | None = None
+    prompt_words: int = 0
+    cached_prompt_words: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -166,7 +182,27 @@ class MockStats:
             "max_lateness_s": self.max_lateness_s,
             "mean_lateness_s": self.total_lateness_s / self.chunks_sent if self.chunks_sent else 0.0,
             "mean_ttft_s": self.total_ttft_s / self.first_chunks if self.first_chunks else None,
+            "prompt_words": self.prompt_words,
+            "cached_prompt_words": self.cached_prompt_words,
         }
+
+
+def prompt_words(messages) -> tuple[str, ...]:
+    """A chat prompt as the prefix cache sees it: per message ``<role>`` and the content's words."""
+    words: list[str] = []
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict):
+            words.append(f"<{message.get('role')}>")
+            words.extend(str(message.get("content") or "").split())
+    return tuple(words)
+
+
+def common_prefix(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def _frame(payload: bytes) -> bytes:
@@ -189,6 +225,7 @@ class MockServer:
         self._warned = False
         self._doom_task: asyncio.Task | None = None
         self.gone = asyncio.Event()
+        self._prefix_cache: collections.OrderedDict[tuple[str, ...], None] = collections.OrderedDict()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         self._server = await asyncio.start_server(self._on_connect, host, port, backlog=4096)
@@ -322,6 +359,12 @@ class MockServer:
         await writer.drain()
         return keep_alive
 
+    def _remember(self, words: tuple[str, ...]) -> None:
+        self._prefix_cache[words] = None
+        self._prefix_cache.move_to_end(words)
+        while len(self._prefix_cache) > self.settings.prefix_cache_entries:
+            self._prefix_cache.popitem(last=False)
+
     def _streamed(self, writer: asyncio.StreamWriter, begun: bool) -> None:
         """Keep ``streams_in_flight``: a streamed response begins with its headers and ends with its
         last byte or its connection."""
@@ -351,6 +394,9 @@ class MockServer:
             return keep_alive
         self.stats.chat_requests += 1
         self.stats.chat_requests_after_warning += self._warned
+        if s.record_file:
+            with Path(s.record_file).open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"messages": request.get("messages"), "max_tokens": request.get("max_tokens")}) + "\n")
         number = self.stats.chat_requests
         fault = s.fault_for(number)
         if fault is not None:
@@ -364,6 +410,19 @@ class MockServer:
         n = int(s.output_tokens or requested)
         chunks = max(1, math.ceil(n / s.tokens_per_chunk))
         prompt_tokens = len(str(request.get("messages", "")).split())
+        words = prompt_words(request.get("messages"))
+        cached = 0
+        if s.prefix_cache_entries:
+            best = None
+            for entry in self._prefix_cache:
+                length = common_prefix(entry, words)
+                if length > cached:
+                    cached, best = length, entry
+            if best is not None:
+                self._prefix_cache.move_to_end(best)
+        self.stats.prompt_words += len(words)
+        self.stats.cached_prompt_words += cached
+        ttft_s = s.ttft_s + s.prefill_s_per_token * (len(words) - cached)
         rid = f"chatcmpl-mock-{number}"
         created = int(time.time())
         model = request.get("model") or self.model
@@ -378,7 +437,7 @@ class MockServer:
             if s.paced_non_streaming:
                 # wait as long as the stream would take, watching the connection: a client that goes away
                 # (a gateway's timeout) ends the request, as vLLM aborts a request whose client disconnected
-                delay = t_recv + s.ttft_s + (chunks - 1) * s.itl_s - time.monotonic()
+                delay = t_recv + ttft_s + (chunks - 1) * s.itl_s - time.monotonic()
                 if delay > 0:
                     try:
                         await asyncio.wait_for(reader.read(1), timeout=delay)
@@ -406,7 +465,7 @@ class MockServer:
         sent_tokens = 0
         for k in range(chunks):
             size = min(s.tokens_per_chunk, n - sent_tokens)
-            target = t_recv + s.ttft_s + k * s.itl_s
+            target = t_recv + ttft_s + k * s.itl_s
             delay = target - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -451,6 +510,8 @@ class MockServer:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         self.stats.completed_streams += 1
+        if s.prefix_cache_entries:
+            self._remember(words + ("<assistant>",) + ("tok",) * (n - min(n, s.reasoning_tokens)))
         self._streamed(writer, False)
         return keep_alive
 
@@ -479,6 +540,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="doomed mode: S seconds after the warning, close every connection and exit (default: %(default)s)")
     parser.add_argument("--doomed-drain", action="store_true",
                         help="doomed mode: /health answers 503 from the warning on (a gateway's health check stops new requests)")
+    parser.add_argument("--prefix-cache-entries", type=int, default=0, metavar="N",
+                        help="keep the last N served prompts (with their answers) as a prefix cache; 0: none (default: %(default)s)")
+    parser.add_argument("--prefill-per-token", type=float, default=0.0, metavar="S",
+                        help="extra seconds before the first chunk per prompt word not in the prefix cache (default: %(default)s)")
+    parser.add_argument("--record-requests", default=None, metavar="FILE",
+                        help="append each chat request's messages and max_tokens to FILE, one JSON line each")
     parser.add_argument("--events-file", default=None, metavar="FILE",
                         help="append the doomed-mode warning and gone moments to FILE (drill-events.jsonl format)")
 
@@ -486,6 +553,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> MockSettings:
     if args.ttft < 0 or args.itl < 0 or args.tokens_per_chunk < 1:
         raise ValueError("--ttft and --itl must be >= 0 and --tokens-per-chunk >= 1")
+    if args.prefix_cache_entries < 0 or not args.prefill_per_token >= 0:
+        raise ValueError(f"--prefix-cache-entries={args.prefix_cache_entries} must be >= 0 and "
+                         f"--prefill-per-token={args.prefill_per_token} >= 0 seconds")
     for flag, value in (("--doomed-warning-at", args.doomed_warning_at), ("--doomed-gone-after", args.doomed_gone_after)):
         if value is not None and not value >= 0:
             raise ValueError(f"{flag}={value}: must be a number of seconds >= 0")
@@ -503,6 +573,9 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
         doomed_drain=args.doomed_drain,
         events_file=args.events_file,
         paced_non_streaming=args.paced_non_streaming,
+        prefix_cache_entries=args.prefix_cache_entries,
+        prefill_s_per_token=args.prefill_per_token,
+        record_file=args.record_requests,
     )
 
 

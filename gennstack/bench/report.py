@@ -133,6 +133,43 @@ def _cost_table(results: list[dict]) -> str:
     return "".join(parts)
 
 
+def _workload_section(results: list[dict]) -> str:
+    """Per turn of a multi-turn or shared-prefix run (turn 1 against later turns), requests per prefix and per
+    recorded upstream; empty for runs of the single workload without --record-header."""
+    parts = []
+    for i, result in enumerate(results):
+        spec = result["settings"].get("workload") or {"kind": "single"}
+        for level in result["levels"]:
+            block, upstreams = level.get("workload"), level.get("upstreams")
+            if block is None and upstreams is None:
+                continue
+            name = f"{_label(result, i)}, concurrency {level['concurrency']}"
+            params = ", ".join(f"{k} {v}" for k, v in spec.items() if k != "kind")
+            parts.append(f"<h3>{escape(spec['kind'])} workload: {escape(name)}</h3>"
+                         + (f'<p class="note">{escape(params)}</p>' if params else ""))
+            if block is not None:
+                rows = "".join(
+                    f"<tr><td>{row['turn']}</td><td>{row['completed']}</td><td>{row['failed']}</td>"
+                    f"<td>{_v(row['ttft_s']['p50'], 's')}</td><td>{_v(row['ttft_s']['p90'], 's')}</td>"
+                    f"<td>{_v(row['e2e_s']['p50'], 's')}</td><td>{_v(row['prompt_tokens']['mean'])}</td></tr>"
+                    for row in block["turns"])
+                parts.append('<table class="turns"><tr><th>turn</th><th>completed</th><th>failed</th><th>TTFT p50</th>'
+                             f"<th>TTFT p90</th><th>e2e p50</th><th>prompt tokens mean</th></tr>{rows}</table>")
+                if block["requests_by_prefix"]:
+                    cells = "".join(f"<tr><td>{escape(k)}</td><td>{v}</td></tr>" for k, v in block["requests_by_prefix"].items())
+                    parts.append(f'<table class="prefixes"><tr><th>prefix</th><th>requests</th></tr>{cells}</table>')
+            if upstreams is not None:
+                total = sum(upstreams.values()) or 1
+                cells = "".join(f"<tr><td>{escape(k or '(none)')}</td><td>{v}</td><td>{v / total:.1%}</td></tr>"
+                                for k, v in upstreams.items())
+                parts.append(f'<table class="upstreams"><tr><th>upstream</th><th>requests</th><th>share</th></tr>{cells}</table>')
+    if not parts:
+        return ""
+    return ('<h3>Workload</h3><p class="note">Per turn: turn 1 is a conversation\'s first request (no server has seen '
+            "its prompt); later turns resend the history, which a prefix cache on the replica that served the last turn "
+            "already holds.</p>" + "".join(parts))
+
+
 def _vs_concurrency(results: list[dict], value, *, title: str, y_label: str, chart_id: str) -> str:
     series = []
     for i, result in enumerate(results):
@@ -213,6 +250,13 @@ def _timeline_charts(results: list[dict]) -> str:
             '<div class="charts">' + "".join(charts) + "</div>")
 
 
+def _workload_meta(settings: dict) -> str:
+    spec = settings.get("workload") or {"kind": "single"}
+    if spec["kind"] == "single":
+        return ""
+    return " · workload " + escape(", ".join([spec["kind"], *(f"{k} {v}" for k, v in spec.items() if k != "kind")]))
+
+
 def _header(results: list[dict]) -> str:
     if len(results) == 1:
         r = results[0]
@@ -222,7 +266,8 @@ def _header(results: list[dict]) -> str:
             f"<h1>gennstack bench: {escape(r['model'])}</h1>"
             f'<p class="meta">endpoint <code>{escape(r["endpoint"])}</code> · started {escape(r["started_at"])} · '
             f"{escape(r['tool']['name'])} {escape(r['tool']['version'])} · concurrency {', '.join(map(str, settings['concurrency']))} · "
-            f"{escape(length)} · prompt tokens {escape(settings['prompt_tokens']['spec'])} · max tokens {escape(settings['max_tokens']['spec'])}</p>"
+            f"{escape(length)} · prompt tokens {escape(settings['prompt_tokens']['spec'])} · max tokens {escape(settings['max_tokens']['spec'])}"
+            f"{_workload_meta(settings)}</p>"
             f'<p class="meta">command <code>{escape(" ".join(r["command"]))}</code></p>'
         )
     rows = "".join(
@@ -255,7 +300,7 @@ def render(results: list[dict]) -> str:
         + _distribution_charts(results, (("ttft_s", "Time to first token", "milliseconds"), ("itl_s", "Inter-token latency", "milliseconds"),
                                          ("e2e_s", "End-to-end latency", "milliseconds"),
                                          ("user_output_tokens_per_s", "Per-user output tokens/s", "tokens/s")), "user")
-        + "</div>" + _user_table(results) + "</section>"
+        + "</div>" + _user_table(results) + _workload_section(results) + "</section>"
     )
     aggregate = (
         '<section data-view="aggregate" id="section-aggregate"><h2>Aggregate view: what the fleet delivers</h2>'

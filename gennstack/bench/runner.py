@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from gennstack.bench.config import BenchConfig
-from gennstack.bench.prompts import make_prompt
+from gennstack.bench.prompts import Unit, make_prompt, make_unit, system_prompt
 
 # Request status
 COMPLETED = "completed"
@@ -60,6 +60,12 @@ class RequestRecord:
     usage_prompt_tokens: int | None = None
     finish_reason: str | None = None
     saw_done: bool = False
+    # multi-turn / shared-prefix workloads: which conversation (or request unit), turn (1-based) and prefix
+    conversation: int | None = None
+    turn: int | None = None
+    prefix: int | None = None
+    upstream: str | None = None  # the value of --record-header in the response
+    content: list[str] | None = None  # the answer's text, kept only where a later turn resends it
 
     # ---- derived measurements -------------------------------------------------------
     @property
@@ -118,12 +124,14 @@ class LevelRun:
     window_end: float
     started_wall: float  # time.time() at the level's start
     mode: str  # "duration" or "requests"
+    workload: str = "single"
 
 
-def _build_body(config: BenchConfig, prompt: str, max_tokens: int) -> bytes:
+def _build_body(config: BenchConfig, prompt: str | list[dict], max_tokens: int) -> bytes:
+    """``prompt``: one user message's text, or the whole ``messages`` list."""
     body = {
         "model": config.model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt,
         "max_tokens": max_tokens,
         "stream": True,
     }
@@ -150,6 +158,8 @@ def _handle_event(rec: RequestRecord, payload: bytes, t: float) -> None:
         delta = choice.get("delta") or {}
         if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
             rec.chunk_times.append(t)
+            if rec.content is not None and delta.get("content"):
+                rec.content.append(delta["content"])
         if choice.get("finish_reason"):
             rec.finish_reason = choice["finish_reason"]
     usage = obj.get("usage")
@@ -179,11 +189,15 @@ async def stream_request(
             async with session.post(config.chat_url, data=body, headers=headers) as response:
                 if response.status != 200:
                     rec.http_status = response.status
+                    if config.record_header:
+                        rec.upstream = response.headers.get(config.record_header)
                     detail = (await response.content.read(300)).decode("utf-8", "replace")
                     rec.t_end = clock()
                     rec.status, rec.error_class, rec.error_detail = FAILED, f"http_{response.status}", detail
                     return
                 rec.http_status = 200
+                if config.record_header:
+                    rec.upstream = response.headers.get(config.record_header)
                 async for raw in response.content.iter_any():
                     t = clock()
                     buffer += raw
@@ -254,7 +268,7 @@ async def run_level(
     stop_at = measure_from + config.duration_s if config.duration_s is not None else None
     next_index = 0
 
-    def new_record(worker_id: int) -> RequestRecord | None:
+    def new_record(worker_id: int, prompt_tokens: int | None = None, max_tokens: int | None = None) -> RequestRecord | None:
         nonlocal next_index
         if total is not None and next_index >= total:
             return None
@@ -262,8 +276,8 @@ async def run_level(
         next_index += 1
         warmup = index < warmup_requests if total is not None else clock() < measure_from
         rec = RequestRecord(index=index, worker=worker_id, warmup=warmup,
-                            prompt_tokens_requested=config.prompt_tokens.sample(rng),
-                            max_tokens=config.max_tokens.sample(rng))
+                            prompt_tokens_requested=config.prompt_tokens.sample(rng) if prompt_tokens is None else prompt_tokens,
+                            max_tokens=config.max_tokens.sample(rng) if max_tokens is None else max_tokens)
         records.append(rec)
         return rec
 
@@ -276,10 +290,66 @@ async def run_level(
             if on_record is not None:
                 on_record(rec)
 
+    workload = config.workload
+    weights = workload.prefix_weights() if workload.has_prefixes else None
+    prefixes: dict[int, str] = {}
+    next_unit = 0
+    reserved = 0  # requests the units taken so far will send (--num-requests: no unit starts that cannot run)
+
+    def take_unit() -> Unit | None:
+        nonlocal next_unit, reserved
+        if total is not None and reserved >= total:
+            return None
+        reserved += workload.turns
+        unit = make_unit(next_unit, seed=config.seed, turns=workload.turns, prompt_tokens=config.prompt_tokens,
+                         max_tokens=config.max_tokens, weights=weights)
+        next_unit += 1
+        return unit
+
+    def opening(unit: Unit) -> list[dict]:
+        if unit.prefix is None:
+            return []
+        if unit.prefix not in prefixes:
+            prefixes[unit.prefix] = system_prompt(unit.prefix, workload.prefix_tokens, config.seed)
+        return [{"role": "system", "content": prefixes[unit.prefix]}]
+
+    async def unit_worker(worker_id: int, session: aiohttp.ClientSession) -> None:
+        """multi-turn and shared-prefix: units (conversations, or single requests behind a prefix) one
+        after another. With ``--num-requests`` a conversation starts only while the ones started before it
+        leave requests to send, so conversations run whole (the last one short when the count is not a
+        multiple of ``--turns``). A turn resends the history: its system prompt, every earlier user message and the
+        server's answer to it. A failed turn leaves the history as it was (its user message dropped), so
+        the conversation goes on with its next turn."""
+        if config.ramp_up_s:
+            await asyncio.sleep(config.ramp_up_s * worker_id / concurrency)
+        while (unit := take_unit()) is not None:
+            history = opening(unit)
+            history_tokens = workload.prefix_tokens if unit.prefix is not None else 0
+            for number, turn in enumerate(unit.turns, start=1):
+                if number > 1 and workload.think_time_s:
+                    await asyncio.sleep(workload.think_time_s)
+                rec = new_record(worker_id, history_tokens + turn.prompt_tokens, turn.max_tokens)
+                if rec is None:
+                    return
+                rec.conversation, rec.turn, rec.prefix = unit.index, number, unit.prefix
+                more = number < len(unit.turns)
+                if more:
+                    rec.content = []
+                messages = [*history, {"role": "user", "content": turn.text}]
+                await stream_request(session, config, headers, _build_body(config, messages, rec.max_tokens), rec, clock)
+                if more and rec.status == COMPLETED:
+                    history = [*messages, {"role": "assistant", "content": "".join(rec.content)}]
+                    history_tokens += turn.prompt_tokens + rec.output_tokens
+                rec.content = None
+                if on_record is not None:
+                    on_record(rec)
+
+    loop_body = worker if workload.kind == "single" else unit_worker
+
     timeout = aiohttp.ClientTimeout(total=None, connect=config.stall_timeout_s, sock_read=config.stall_timeout_s)
     connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=0, ssl=tls_context(config))
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False, trust_env=False) as session:
-        tasks = [asyncio.create_task(worker(i, session)) for i in range(concurrency)]
+        tasks = [asyncio.create_task(loop_body(i, session)) for i in range(concurrency)]
         if stop_at is not None:
             _, pending = await asyncio.wait(tasks, timeout=max(0.0, stop_at - clock()))
             for task in pending:
@@ -298,4 +368,4 @@ async def run_level(
         if rec.status == IN_FLIGHT:
             rec.status = INCOMPLETE
     mode = "duration" if config.duration_s is not None else "requests"
-    return LevelRun(concurrency, records, window[0], window[1], started_wall, mode)
+    return LevelRun(concurrency, records, window[0], window[1], started_wall, mode, workload.kind)

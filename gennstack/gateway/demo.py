@@ -202,20 +202,29 @@ class DemoStack:
                             **r.cache_stats().to_dict()} for r in self.replicas}
 
 
+# The demo servers' health-check path. llama-cpp-python 0.3.36 has no /health, and its GET /v1/models
+# waits for the completion in flight: it depends on get_llama_proxy, which takes the same two locks a
+# completion holds for its whole stream (llama_cpp/server/app.py, get_llama_proxy and get_models). A
+# health check there times out on a busy replica, which then leaves rotation, and with every replica
+# busy the gateway has none (503). FastAPI's /openapi.json takes no lock: it answers while the server
+# works (the model is loaded before the server listens).
+LLAMA_HEALTH_PATH = "/openapi.json"
+
+
 @contextmanager
 def demo_gateway(replicas: int = 3, routing: str = "prefix", *, first_port: int = 8001, listen_port: int = 0,
                  admin_port: int = 0, gateway_data: dict[str, Any] | None = None, log_dir: Path | None = None,
                  cache: bool = True) -> Iterator[DemoStack]:
     """``replicas`` SmolLM2 servers as every model's servers, behind the local gateway with
     ``routing`` ("prefix" or "least_request") for every generation; ``gateway_data`` is the gateway
-    config section (its ``routing.generations`` is replaced). Health checks on /v1/models
-    (llama-cpp-python's server has no /health)."""
+    config section (its ``routing.generations`` is replaced). Health checks on
+    ``LLAMA_HEALTH_PATH``."""
     from gennstack.config_base import frozen
     from gennstack.gateway.config import GatewayConfig, routing_table
     from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 
     data = with_routing(frozen(gateway_data or {}), routing)
-    data = {**data, "resilience": {**data.get("resilience", {}), "health_path": "/v1/models"}}
+    data = {**data, "resilience": {**data.get("resilience", {}), "health_path": LLAMA_HEALTH_PATH}}
     config = GatewayConfig.model_validate(data)
     table = routing_table(config)
     owned = log_dir is None

@@ -1,0 +1,138 @@
+"""``gennstack bench compare-routing``: its orchestration on something small (three mock replicas with the
+mock's simulated prefix cache behind the real local gateway), its bad input, and the README's table.
+
+What is asserted of a run is what the program did (who served what, what failed, what the servers
+counted), never how fast: the latency comparison itself is the command's output, not a test.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gennstack.bench import routing_compare as rc
+from tests.support import ROOT
+
+SMALL = rc.CompareSettings(backend="mock", runs=1, conversations=3, turns=3, think_time_s=0.05, prompt_tokens=20,
+                           max_tokens=6, shared_requests=12, prefix_tokens=60, question_tokens=8, kill_after=0.3,
+                           kill_turns=30, health_interval_s=1)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> tuple[dict, Path]:
+    work = tmp_path_factory.mktemp("compare-routing")
+    return rc.compare(SMALL, work, log=lambda line: None), work
+
+
+def test_both_policies_run_the_same_load_and_every_request_is_accounted_for(small_run) -> None:
+    result, _ = small_run
+    assert set(result["policies"]) == {"least_request", "prefix"}
+    assert result["settings"]["backend"] == "mock" and result["machine"]["cores"] >= 1
+    work = Path(result["work_dir"])
+    sent = {}
+    for policy, by in result["runs"].items():
+        for workload, runs in by.items():
+            (run,) = runs
+            replicas = run["replicas"]
+            names = [r["replica"] for r in replicas]
+            assert all(name.startswith("127.0.0.1:") for name in names)
+            # every measured request's answer named its replica (x-gennstack-upstream-host), and only these
+            assert set(run["upstreams"]) <= set(names)
+            assert sum(r["requests"] for r in replicas) == run["completed"] + run["failed"] == sum(run["upstreams"].values())
+            assert sum(r["share"] for r in replicas) == pytest.approx(1.0)
+            # the servers counted the same requests (nothing failed, so no retries), and their caches some hits
+            assert sum(r["server_chat_requests"] for r in replicas) == run["completed"] and run["failed"] == 0
+            assert all(0 <= (r["cache_hit_rate"] or 0) <= 1 for r in replicas)
+            with (work / "runs" / f"{policy}-1" / workload / "requests.csv").open() as fh:
+                rows = list(csv.DictReader(fh))
+            sent[(policy, workload)] = sorted((r["conversation"], r["turn"], r["prompt_tokens_requested"]) for r in rows)
+    # same seed, same load: the same conversations, turns and lengths under both policies
+    for workload in ("multi-turn", "shared-prefix"):
+        assert sent[("least_request", workload)] == sent[("prefix", workload)]
+    assert len(sent[("prefix", "multi-turn")]) == SMALL.conversations * SMALL.turns
+
+
+def test_prefix_routing_keeps_a_conversation_on_one_replica(small_run) -> None:
+    """What the comparison exists to show, checked on the mock: each conversation's turns land on one replica
+    (the gateway's prefix key is its first messages), so that replica's cache holds the history."""
+    result, _ = small_run
+    work = Path(result["work_dir"])
+    with (work / "runs" / "prefix-1" / "multi-turn" / "requests.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    by_conversation: dict[str, set[str]] = {}
+    for row in rows:
+        by_conversation.setdefault(row["conversation"], set()).add(row["upstream"])
+    assert all(len(hosts) == 1 for hosts in by_conversation.values()), by_conversation
+    hit = result["runs"]["prefix"]["multi-turn"][0]["replicas"]
+    cached = sum(r["cached_tokens"] for r in hit)
+    assert cached > 0.5 * sum(r["prompt_tokens"] for r in hit)  # later turns resend what the replica holds
+
+
+def test_the_kill_drill_moves_the_victims_conversations_and_fails_only_what_was_in_flight(small_run) -> None:
+    result, _ = small_run
+    drill = result["kill"]
+    assert drill["victim_conversations"] >= 1
+    assert drill["victim_conversations_moved"] == drill["victim_conversations"]
+    assert drill["sent_after_one_interval"] > 0 and drill["failed_after_one_interval"] == 0
+    assert set(drill["failed_by_class"]) <= {"broken_stream", "connection_error"}
+    assert drill["failed"] <= SMALL.conversations  # at most the streams in flight when it died
+    assert drill["conversations_all_later_turns_completed"] == drill["conversations_after_kill"]
+    assert drill["killed"] not in {k for k, v in (drill["upstreams"] or {}).items() if v == 0}
+
+
+def test_the_table_is_written_beside_the_result_and_names_the_machine(small_run, tmp_path) -> None:
+    result, _ = small_run
+    table = rc.write(result, tmp_path / "out.json")
+    assert table == tmp_path / "out.md"
+    text = table.read_text()
+    assert rc.load(tmp_path / "out.json") == json.loads((tmp_path / "out.json").read_text())
+    host = result["machine"]
+    assert f"Machine: {host['cores']} cores ({host['cpu_model']}), {host['memory_gib']} GiB memory" in text
+    assert text.count("\n| least-request |") == 2 and text.count("\n| prefix |") == 2
+    assert "target >= 2x" in text and "target <= 1.25x" in text and "kill drill (prefix-aware)" in text
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{rc.README_START}\nold\n{rc.README_END}\nafter\n")
+    rc.update_readme(readme, rc.markdown(result))
+    assert readme.read_text() == f"before\n{rc.README_START}\n{rc.markdown(result)}\n{rc.README_END}\nafter\n"
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"replicas": 1}, "--replicas=1: must be 2 to 8"),
+    ({"turns": 1}, "--turns=1: must be at least 2 (turn 1 is the cold one)"),
+    ({"prefix_zipf": -1.0}, "--prefix-zipf=-1.0: must be a finite number >= 0"),
+    ({"backend": "vllm"}, "--backend='vllm': must be llama or mock"),
+    ({"think_time_s": -0.5}, "--think-time=-0.5: must be 0 or more seconds"),
+])
+def test_bad_settings_get_a_clear_message(kwargs, message) -> None:
+    with pytest.raises(rc.CompareError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+        rc.CompareSettings(**kwargs)
+
+
+def test_the_command_refuses_a_readme_without_the_block(bench_parser, tmp_path, capsys, monkeypatch) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("no block here\n")
+    argv = ["bench", "compare-routing", "--backend", "mock", "--update-readme", str(readme), "--work-dir", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", ["gennstack", *argv])
+    args = bench_parser.parse_args(argv)
+    assert args.func(args) == 2
+    assert "no <!-- prefix-routing:start --> block in it" in capsys.readouterr().err
+    args = bench_parser.parse_args(["bench", "compare-routing", "--replicas", "9"])
+    assert args.func(args) == 2
+    assert "--replicas=9: must be 2 to 8" in capsys.readouterr().err
+
+
+def test_the_readme_table_is_the_committed_comparison() -> None:
+    """README.md shows benchmarks/results/prefix_routing_local.md, which `gennstack bench compare-routing
+    --update-readme README.md` generated from the JSON beside it; the markdown is a function of the JSON."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split(rc.README_START + "\n", 1)[1].split("\n" + rc.README_END, 1)[0]
+    result = rc.load(ROOT / rc.RESULT_FILE)
+    assert block == rc.markdown(result)
+    assert (ROOT / rc.RESULT_FILE).with_suffix(".md").read_text(encoding="utf-8") == block + "\n"
+    assert result["settings"]["backend"] == "llama" and result["settings"]["replicas"] == 3
+    assert set(result["policies"]) == {"least_request", "prefix"}
+    assert result["targets"] == rc.targets(result)
