@@ -186,6 +186,8 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         capacity = capacity_line(gen_name, generation, section)
         if has_serving_chart and capacity:
             lines.append(f"    Memory: {capacity}")
+    if has_serving_chart and serving.get("multi_node", {}).get("enabled"):
+        lines.extend(multi_node_lines(config))
     if config:
         lines.extend(system_nodes_lines(config))
         lines.extend(cost_lines(config))
@@ -235,6 +237,53 @@ def cost_lines(recorded: dict[str, Any]) -> list[str]:
     prices_date = table.on_demand_price(next(iter(breakdown.layouts.values())).instance_type).as_of if breakdown.layouts else table.oldest()
     lines.append(f"  Cost per hour: {money(spot)}-{money(od)} ({spot_label(table)} to on-demand), always-on, {where} "
                  f"list prices as of {prices_date.isoformat()}; details: gennstack cost")
+    return lines
+
+
+def multi_node_lines(recorded: dict[str, Any]) -> list[str]:
+    """serving.multi_node's model: its groups' layout, image, memory per GPU (gennstack.serving.capacity),
+    cost per hour (gennstack.cost), staged gate, and what a reclaim costs (docs/serving.md)."""
+    from gennstack.config import GenNStackConfig
+    from gennstack.config_base import frozen
+    from gennstack.cost.model import hourly_cost
+    from gennstack.cost.prices import DEFAULT_REGION, PriceError, load_table
+    from gennstack.cost.report import money
+    from gennstack.instances import INSTANCE_TYPES
+    from gennstack.serving.multinode import multi_node_plan
+    from gennstack.serving.multinode_gateway import multi_node_pool
+    from gennstack.serving.values import MULTI_NODE_STAGED_MARKER
+    from gennstack.storage_layout import model_prefix
+
+    try:
+        config = GenNStackConfig.model_validate(frozen(recorded), strict=False)
+    except ValueError as exc:
+        return [f"  Multi-node: not described (the recorded config does not load: {str(exc).splitlines()[0]})"]
+    m = config.serving.multi_node
+    pool = multi_node_pool(m)
+    gpus = INSTANCE_TYPES[m.instance_type].accelerators * m.nodes_per_replica
+    lines = [
+        f"  Multi-node {m.served_model_name}: {m.model_id} @ {m.model_revision}: {m.replicas} group(s) (LeaderWorkerSet "
+        f"{pool}, one group = one replica) of {m.nodes_per_replica} x {m.instance_type} ({gpus} GPUs), TP "
+        f"{m.tensor_parallel_size} x PP {m.pipeline_parallel_size} over Ray; gateway backend {pool}-serve (the leaders)",
+        f"    Image: {m.image or SUPPORT[m.generation].image + ' + Ray (built from assets/images/g6e-vllm-ray)'}",
+        f"    Memory: {summary_line(multi_node_plan(m))} (the heaviest pipeline stage)",
+    ]
+    region = config.region or DEFAULT_REGION
+    try:
+        spot, od = hourly_cost(config, load_table(region)).total("multi_node")
+        nodes = m.replicas * m.nodes_per_replica
+        lines.append(f"    Cost: {money(spot)}-{money(od)}/h (spot estimate to on-demand, {region}), {nodes} x {m.instance_type} "
+                     f"with root volumes; one group {money(spot / m.replicas)}-{money(od / m.replicas)}/h")
+    except PriceError:
+        lines.append(f"    Cost: no bundled prices for {region}: run `gennstack cost --live`")
+    what = model_prefix(m.model_id, m.model_revision)
+    now = ("staging on: deploy again once it finishes" if config.serving.staging
+           else "staging off: deploy with serving.staging: true, then again")
+    lines.append(f"    Staged gate: no group pod until ConfigMap {MULTI_NODE_STAGED_MARKER} records {what} (leaders and "
+                 f"workers wait, scheduling-gated); its stage Job records it, the next deploy opens the gate; {now}")
+    lines.append(f"    Reclaim: losing any member (a spot reclaim of one of its {m.nodes_per_replica} nodes) recreates the "
+                 f"whole group (RecreateGroupOnPodRestart): one replica, {m.nodes_per_replica} nodes' worth, down until "
+                 f"its members are back; one group per zone, so one zone's reclaim takes at most one")
     return lines
 
 

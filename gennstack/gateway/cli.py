@@ -49,6 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     local.add_argument("--file", type=Path, help="YAML/JSON with `endpoints: {MODEL: URL or [URL, ...]}`, optionally "
                                                   "`api_keys: {CLIENT: KEY}` and `gateway:` "
                                                   "(the gateway config section: models, aliases, fallbacks, ...)")
+    local.add_argument("--config", type=Path, metavar="FILE",
+                       help="a GenNStack config overlay (as `cdk synth -c config=FILE`): its gateway section, plus the "
+                            "route serving.multi_node adds when on; not with a `gateway:` in --file")
     local.add_argument("--port", type=int, default=8080, help="port to listen on, 127.0.0.1 (default: %(default)s)")
     local.add_argument("--admin-port", type=int, default=9901, help="Envoy admin port, 127.0.0.1 (default: %(default)s)")
     local.add_argument("--rate-limit", type=int, default=None, metavar="N",
@@ -87,6 +90,19 @@ def _load_file(path: Path) -> dict[str, Any]:
         raise EndpointError(f"{path}: api_keys: expected {{CLIENT: KEY}} with string ids and keys")
     return data
 
+
+
+def config_gateway(path: Path) -> dict[str, Any]:
+    """The gateway section of the GenNStack config ``path`` (the defaults under its overrides), with the
+    model ``serving.multi_node`` routes to its groups' leaders when it is on (gennstack.config
+    with_multi_node_route), as the cluster's chart gets it."""
+    from gennstack.config import ConfigError, load_config
+
+    try:
+        config = load_config({}, str(path))
+    except ConfigError as exc:
+        raise EndpointError(f"--config {path}: {exc}") from None
+    return config.gateway.model_dump()
 
 
 def start_demo_backend(port: int = 8001) -> tuple[subprocess.Popen, str]:
@@ -135,8 +151,16 @@ def run_local(args: argparse.Namespace) -> int:
     replicas: list = []
     try:
         data = _load_file(args.file) if args.file else {}
-        gateway_data = apply_routing(frozen(data.get("gateway", {})), args.routing)
-        health_path = args.health_path or ("/v1/models" if args.demo else None)
+        if args.config is not None:
+            if "gateway" in data:
+                raise EndpointError(f"--config {args.config} and --file {args.file}'s `gateway:`: give the gateway section in one of them")
+            gateway_data = config_gateway(args.config)
+        else:
+            gateway_data = frozen(data.get("gateway", {}))
+        gateway_data = apply_routing(gateway_data, args.routing)
+        if args.demo:
+            from gennstack.gateway.demo import LLAMA_HEALTH_PATH
+        health_path = args.health_path or (LLAMA_HEALTH_PATH if args.demo else None)
         if health_path:
             gateway_data = {**gateway_data, "resilience": {**gateway_data.get("resilience", {}), "health_path": health_path}}
         gateway = GatewayConfig.model_validate(gateway_data)

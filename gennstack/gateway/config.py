@@ -43,6 +43,7 @@ __all__ = [
     "RoutingConfig",
     "RoutingTable",
     "TlsConfig",
+    "default_models",
     "routing_table",
 ]
 
@@ -361,6 +362,11 @@ _DEFAULT_ALIASES = {
 }
 
 
+def default_models() -> dict[str, ModelBackend]:
+    """``gateway.models`` when the config names none."""
+    return dict(_DEFAULT_MODELS)
+
+
 class GatewayConfig(StrictModel):
     """The one OpenAI-compatible front door: which model names go where, and how it protects them."""
 
@@ -368,7 +374,7 @@ class GatewayConfig(StrictModel):
     namespace: str = "gennstack-gateway"
     # Namespace of the model servers' Services (the serving chart's).
     serving_namespace: str = "gennstack-serving"
-    models: dict[str, ModelBackend] = Field(default_factory=lambda: dict(_DEFAULT_MODELS))
+    models: dict[str, ModelBackend] = Field(default_factory=default_models)
     aliases: dict[str, tuple[AliasTarget, ...]] = Field(default_factory=lambda: dict(_DEFAULT_ALIASES))
     # Per model: other model names that take over, in order, when it fails (priority 1, 2, ...).
     fallbacks: dict[str, tuple[str, ...]] = Field(default_factory=dict)

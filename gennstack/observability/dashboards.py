@@ -173,6 +173,41 @@ def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]
     return _dashboard(f"gennstack-{pool}", f"GenNStack / {pool}", panels)
 
 
+def _ready_groups(pool: str) -> str:
+    """A multi-node model's ready groups: leaders whose ``vllm`` container is Ready (the workers run no
+    vLLM; a leader is Ready only with every pipeline stage up), the same count as its no-ready-replica rule."""
+    return (
+        'sum(kube_pod_container_status_ready{container="vllm"} * on (namespace, pod) group_left () '
+        f'kube_pod_labels{{label_app_kubernetes_io_name="{pool}", label_app_kubernetes_io_component="server"}})'
+    )
+
+
+def multi_node_dashboard(pool: str) -> dict[str, Any]:
+    """serving.multi_node's groups (LeaderWorkerSet ``pool``): the gen3 dashboard's vLLM panels on the
+    leaders' series (generation=<pool>), with a group counted once: ready groups, and the member pods
+    (two per group) beside them."""
+    dashboard = vllm_dashboard("g6e", pool, _gpu_panels())
+    for panel in dashboard["panels"]:
+        if panel["title"] == "Replicas":
+            panel["title"] = "Replicas (groups)"
+            panel["description"] = "A group is one replica: Ready when its leader's vLLM is (every member up)."
+            panel["targets"] = [
+                {"refId": "A", "datasource": DATASOURCE, "expr": _ready_groups(pool), "legendFormat": "ready groups"},
+                {"refId": "B", "datasource": DATASOURCE, "expr": _serving_pods(pool), "legendFormat": "ready member pods"},
+            ]
+    return dashboard
+
+
+# The multi-node model's dashboard lives apart (assets/dashboards/multinode/): applied only while
+# serving.multi_node is on (gennstack.observability.manifests.dashboard_config_maps).
+MULTI_NODE_DIR = DASHBOARD_DIR / "multinode"
+
+
+def multi_node_dashboards() -> dict[str, dict[str, Any]]:
+    """File name (under MULTI_NODE_DIR) -> dashboard, per multi-node pool."""
+    return {"gennstack-gen3-g6e-multinode.json": multi_node_dashboard("gen3-g6e-multinode")}
+
+
 def _neuron_panels(generation: str) -> list[dict[str, Any]]:
     on_gen = f'on (node) group_left () kube_node_labels{{label_gennstack_io_generation="{generation}"}}'
     return [
@@ -365,12 +400,13 @@ def render(dashboard: dict[str, Any]) -> str:
 
 
 def write(directory: Path = DASHBOARD_DIR) -> list[Path]:
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, dashboard in dashboards().items():
-        path = directory / name
-        path.write_text(render(dashboard), encoding="utf-8")
-        written.append(path)
+    for folder, files in ((directory, dashboards()), (directory / MULTI_NODE_DIR.name, multi_node_dashboards())):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, dashboard in files.items():
+            path = folder / name
+            path.write_text(render(dashboard), encoding="utf-8")
+            written.append(path)
     return written
 
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from gennstack.controller_values import KARPENTER_NAMESPACE
 from gennstack.observability import names
-from gennstack.observability.dashboards import DASHBOARD_DIR
+from gennstack.observability.dashboards import DASHBOARD_DIR, MULTI_NODE_DIR
 from gennstack.observability.metrics import SERIES_EXPORTER
 from gennstack.observability.rules import POOLS
 from gennstack.observability.values import DASHBOARD_FOLDER_ANNOTATION, DASHBOARD_LABEL
@@ -64,8 +64,13 @@ def _metadata(name: str) -> dict[str, Any]:
     return {"name": name, "namespace": names.MONITORING_NAMESPACE, "labels": dict(names.MONITORING_LABEL)}
 
 
-def pod_monitors(*, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
-    """PodMonitors of the model servers (for the enabled ``generations``) and the gateway's Envoy pods."""
+# LWS v0.10.0's label on every group pod: "0" on the leader (api/leaderworkerset/v1/leaderworkerset_types.go).
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def pod_monitors(*, generations: list[str], serving_namespace: str, multi_node_pool: str | None = None) -> list[dict[str, Any]]:
+    """PodMonitors of the model servers (for the enabled ``generations``; with ``multi_node_pool``, the
+    multi-node groups' leaders) and the gateway's Envoy pods."""
     monitors = []
     vllm_pools = [POOLS[g] for g in generations if g in ("trn2", "g6e")]
     if vllm_pools:
@@ -77,6 +82,20 @@ def pod_monitors(*, generations: list[str], serving_namespace: str) -> list[dict
                     {"key": "app.kubernetes.io/name", "operator": "In", "values": vllm_pools},
                     {"key": "app.kubernetes.io/component", "operator": "In", "values": ["server"]},
                 ]},
+                "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": SCRAPE_INTERVAL,
+                                         "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD]}],
+            },
+        })
+    if multi_node_pool is not None:
+        # The groups' leaders only: a leader runs vLLM (port http, /metrics); a worker runs a Ray worker and
+        # no HTTP server (files/multinode_bootstrap.py), so it is not selected. Its series carry
+        # generation=<pool> (gen3-g6e-multinode), apart from gen3-g6e's.
+        monitors.append({
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-vllm-multinode"),
+            "spec": {
+                "namespaceSelector": {"matchNames": [serving_namespace]},
+                "selector": {"matchLabels": {"app.kubernetes.io/name": multi_node_pool,
+                                             "app.kubernetes.io/component": "server", LWS_WORKER_INDEX: "0"}},
                 "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": SCRAPE_INTERVAL,
                                          "relabelings": [_GENERATION_FROM_POD, _NODE_FROM_POD]}],
             },
@@ -166,10 +185,14 @@ def neuron_monitor(*, generations: list[str]) -> list[dict[str, Any]]:
     return [daemonset, monitor]
 
 
-def dashboard_config_maps() -> list[dict[str, Any]]:
-    """One ConfigMap per dashboard file, labelled for Grafana's dashboard sidecar."""
+def dashboard_config_maps(multi_node_pool: str | None = None) -> list[dict[str, Any]]:
+    """One ConfigMap per dashboard file, labelled for Grafana's dashboard sidecar; with
+    ``multi_node_pool``, its dashboard too (assets/dashboards/multinode/gennstack-<pool>.json)."""
     maps = []
-    for path in sorted(DASHBOARD_DIR.glob("*.json")):
+    paths = sorted(DASHBOARD_DIR.glob("*.json"))
+    if multi_node_pool is not None:
+        paths.append(MULTI_NODE_DIR / f"gennstack-{multi_node_pool}.json")
+    for path in paths:
         dashboard = json.loads(path.read_text(encoding="utf-8"))
         maps.append({
             "apiVersion": "v1", "kind": "ConfigMap",

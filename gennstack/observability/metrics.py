@@ -103,6 +103,8 @@ METRICS: dict[str, str] = {
     "karpenter_pods_startup_duration_seconds": _KARPENTER_SUMMARY,
     # kube-state-metrics
     "kube_pod_status_ready": _KSM,
+    # Per container: a multi-node group's leader (its `vllm` container) is the group's readiness.
+    "kube_pod_container_status_ready": _KSM,
     "kube_pod_status_phase": _KSM,
     "kube_pod_status_reason": _KSM,
     "kube_pod_labels": _KSM,

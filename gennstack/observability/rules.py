@@ -38,6 +38,19 @@ def _ready_replicas(namespace: str, pool: str) -> str:
     )
 
 
+def _ready_groups(namespace: str, pool: str) -> str:
+    """Ready groups of a multi-node model (the serving chart's LeaderWorkerSet ``pool``): its leaders whose
+    ``vllm`` container is Ready. Only the leader runs vLLM (the workers' container is ``ray-worker``,
+    without a probe, Ready as soon as it runs), and its readiness (vLLM's /health) needs every pipeline
+    stage: a group counts once, and only whole."""
+    return (
+        f'sum(kube_pod_container_status_ready{{namespace="{namespace}", container="vllm"}}'
+        f' * on (namespace, pod) group_left ()'
+        f' kube_pod_labels{{namespace="{namespace}", label_app_kubernetes_io_name="{pool}",'
+        f' label_app_kubernetes_io_component="server"}})'
+    )
+
+
 def _waiting_for_staging(namespace: str, pool: str) -> str:
     """Pods of ``pool`` labelled by the serving chart's closed staged gate (gennstack.io/staged: "false"
     on servers, warm spares and gen1's Ray head: templates/_staging.tpl stagedLabel)."""
@@ -45,8 +58,10 @@ def _waiting_for_staging(namespace: str, pool: str) -> str:
             f' label_gennstack_io_staged="false"}}) > 0')
 
 
-def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
-    """The alerting rules, for the enabled ``generations`` (names as in config: inf2, trn2, g6e)."""
+def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_namespace: str,
+                multi_node_pool: str | None = None) -> list[dict[str, Any]]:
+    """The alerting rules, for the enabled ``generations`` (names as in config: inf2, trn2, g6e) and,
+    when serving.multi_node is on, its groups (``multi_node_pool``, the LeaderWorkerSet's name)."""
     alerts = config.alerts
     rules: list[dict[str, Any]] = []
     for generation in generations:
@@ -65,6 +80,22 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
                 "description": f"No serving pod of {pool} in {serving_namespace} has been Ready for 10 minutes: "
                                "the gateway fails over to another generation or returns errors for its model. "
                                "(Quiet while the generation's staged gate is closed.)",
+            },
+        })
+    if multi_node_pool is not None:
+        pool = multi_node_pool
+        rules.append({
+            "alert": "GenNStackNoReadyReplica",
+            "expr": (f"({_ready_groups(serving_namespace, pool)} or vector(0)) == 0"
+                     f" unless on () ({_waiting_for_staging(serving_namespace, pool)})"),
+            "for": "10m",
+            "labels": {"severity": "critical", names.GENERATION_LABEL: pool},
+            "annotations": {
+                "summary": f"{pool} has no ready replica (group)",
+                "description": f"No group of {pool} in {serving_namespace} has had a Ready leader for 10 minutes "
+                               "(a group is one replica: its leader's vLLM is Ready only with every member up): "
+                               "the gateway fails over or returns errors for its model. (Quiet while its staged "
+                               "gate is closed.)",
             },
         })
     slo = alerts.ttft_p95_slo_seconds
@@ -207,10 +238,12 @@ def price_rules(config: MonitoringConfig) -> list[dict[str, Any]]:
     return rules
 
 
-def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> list[dict[str, Any]]:
+def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_namespace: str,
+                multi_node_pool: str | None = None) -> list[dict[str, Any]]:
     """The rule groups as a Prometheus rule file (and a PrometheusRule's spec) holds them."""
     groups = [{"name": "gennstack.alerts", "rules": alert_rules(config, generations=generations,
-                                                               serving_namespace=serving_namespace)}]
+                                                               serving_namespace=serving_namespace,
+                                                               multi_node_pool=multi_node_pool)}]
     prices = price_rules(config)
     if prices:
         # Evaluated every minute: an interval as long as the 5-minute lookback would leave the
@@ -219,10 +252,12 @@ def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_nam
     return groups
 
 
-def prometheus_rule(config: MonitoringConfig, *, generations: list[str], serving_namespace: str) -> dict[str, Any]:
+def prometheus_rule(config: MonitoringConfig, *, generations: list[str], serving_namespace: str,
+                    multi_node_pool: str | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": RULE_NAME, "namespace": names.MONITORING_NAMESPACE, "labels": dict(names.MONITORING_LABEL)},
-        "spec": {"groups": rule_groups(config, generations=generations, serving_namespace=serving_namespace)},
+        "spec": {"groups": rule_groups(config, generations=generations, serving_namespace=serving_namespace,
+                                       multi_node_pool=multi_node_pool)},
     }

@@ -14,6 +14,7 @@ from gennstack.observability import names
 
 _TARGETS = {
     ("PodMonitor", "gennstack-vllm"): "vLLM /metrics ({pools})",
+    ("PodMonitor", "gennstack-vllm-multinode"): "vLLM /metrics of the multi-node groups' leaders ({pools})",
     ("PodMonitor", "gennstack-ray"): "Ray Serve ({pools})",
     ("PodMonitor", "gennstack-gateway"): "Envoy proxies and AI Gateway GenAI metrics",
     ("ServiceMonitor", "karpenter"): "Karpenter",

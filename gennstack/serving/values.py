@@ -24,7 +24,7 @@ from gennstack.serving.multinode import multi_node_values
 from gennstack.serving.support import NEURON_GENERATIONS, SUPPORT, effective_release
 from gennstack.storage_layout import compile_cache_prefix, model_prefix
 
-__all__ = ["NEURON_SDK_VERSION", "STAGED_GATE_MODES", "STAGED_MARKERS", "StagedGate", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
+__all__ = ["MULTI_NODE_STAGED_MARKER", "NEURON_SDK_VERSION", "STAGED_GATE_MODES", "STAGED_MARKERS", "StagedGate", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
            "neuron_release", "serving_values"]
 
 # The Neuron release of the chart's default Neuron image (images.neuronVllm and neuron.sdkVersion in
@@ -43,6 +43,9 @@ STAGED_GATE_MODES: tuple[StagedGate, ...] = ("auto", True, False)
 # Each generation's marker, the ConfigMap the stage Job and the compile Job's upload record into
 # (the chart's templates/staged-markers.yaml; a test holds the two to each other).
 STAGED_MARKERS = {"inf2": "gen1-inf2-staged", "trn2": "gen2-trn2-staged", "g6e": "gen3-g6e-staged"}
+# serving.multi_node's model has a marker of its own (its stage Job records there, its group pods'
+# gate reads it); `staged={"multi_node": ...}` sets its gate like a generation's.
+MULTI_NODE_STAGED_MARKER = "gen3-g6e-multinode-staged"
 
 
 def generation_image(generation: str, serving: ServingConfig) -> str:
@@ -140,13 +143,14 @@ def serving_values(
                  "neuronRelease": neuron_release("trn2", serving)},
         "g6e": {**_model(gens.g6e, serving.g6e), "staged": gates["g6e"], **_g6e(serving.g6e)},
         # Only when on: off, the chart's default (multiNode.enabled false) renders nothing of it.
-        **({"multiNode": multi_node_values(serving.multi_node, model_prefix(
-            serving.multi_node.model_id, serving.multi_node.model_revision))} if serving.multi_node.enabled else {}),
+        **({"multiNode": {**multi_node_values(serving.multi_node, model_prefix(
+            serving.multi_node.model_id, serving.multi_node.model_revision)), "staged": gates["multi_node"]}}
+           if serving.multi_node.enabled else {}),
     }
 
 
 def _staged_gates(staged: Mapping[str, StagedGate]) -> dict[str, StagedGate]:
-    names = tuple(STAGED_MARKERS)
+    names = (*STAGED_MARKERS, "multi_node")
     for name, mode in staged.items():
         if name not in names:
             raise ConfigError(f"serving_values: staged: got generation {name!r}; allowed: one of {list(names)}")

@@ -15,6 +15,7 @@ from gennstack import versions
 from gennstack.config import GenNStackConfig
 from gennstack.observability import alertmanager, manifests, names, rules
 from gennstack.observability import values as monitoring_values
+from gennstack.serving.multinode_gateway import multi_node_pool as multi_node_pool_of
 
 
 class Monitoring(Construct):
@@ -99,15 +100,19 @@ class Monitoring(Construct):
             chart.node.add_dependency(*self.associations)
 
         serving_namespace = config.serving.namespace
+        # serving.multi_node's groups: their leaders scraped, one no-ready-replica rule counting groups.
+        multi_node_pool = multi_node_pool_of(config.serving.multi_node) if config.serving.multi_node.enabled else None
         self.scrape_targets = cluster.add_manifest(
             "ScrapeTargets",
-            *manifests.pod_monitors(generations=generations, serving_namespace=serving_namespace),
+            *manifests.pod_monitors(generations=generations, serving_namespace=serving_namespace,
+                                    multi_node_pool=multi_node_pool),
             manifests.karpenter_service_monitor(),
             *manifests.neuron_monitor(generations=generations),
         )
         self.rules = cluster.add_manifest("AlertRules", rules.prometheus_rule(
-            monitoring, generations=rules.always_serving(config.serving, generations), serving_namespace=serving_namespace))
-        self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps())
+            monitoring, generations=rules.always_serving(config.serving, generations), serving_namespace=serving_namespace,
+            multi_node_pool=multi_node_pool))
+        self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps(multi_node_pool))
         for manifest in (self.scrape_targets, self.rules, self.dashboards):
             manifest.node.add_dependency(kps)
         self._receivers(cluster, monitoring, region=region, kps=kps, secrets_reader=secrets_reader,

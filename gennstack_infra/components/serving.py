@@ -19,6 +19,7 @@ from gennstack.serving.values import serving_values
 
 CHART_DIR = ASSETS / "charts" / "gennstack-serving"
 INF2_IMAGE_DIR = ASSETS / "images" / "inf2-ray-serve"
+MULTI_NODE_IMAGE_DIR = ASSETS / "images" / "g6e-vllm-ray"
 SERVING_SERVICE_ACCOUNT = "gennstack-serving"
 STAGING_SERVICE_ACCOUNT = "gennstack-staging"
 
@@ -94,6 +95,14 @@ class Serving(Construct):
                 self, "Inf2RayServeImage", directory=str(INF2_IMAGE_DIR), platform=ecr_assets.Platform.LINUX_AMD64
             )
             values["inf2"]["image"] = self.inf2_image.image_uri
+        # The multi-node groups run Ray (head on the leader, vLLM's Ray executor); vllm/vllm-openai has
+        # none (vLLM PR #36170 dropped it from requirements/cuda.txt). CDK builds the chart's vLLM image plus Ray unless config names an image.
+        self.multi_node_image: ecr_assets.DockerImageAsset | None = None
+        if config.serving.multi_node.enabled and config.serving.multi_node.image is None:
+            self.multi_node_image = ecr_assets.DockerImageAsset(
+                self, "MultiNodeRayImage", directory=str(MULTI_NODE_IMAGE_DIR), platform=ecr_assets.Platform.LINUX_AMD64
+            )
+            values["multiNode"]["image"] = self.multi_node_image.image_uri
         self.chart = eks.HelmChart(
             self,
             "Chart",

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gennstack.observability.config import MonitoringConfig
-from gennstack.observability.dashboards import dashboards
+from gennstack.observability.dashboards import dashboards, multi_node_dashboards
 from gennstack.observability.metrics import METRICS, RECORDED, yace_metric_name
 from gennstack.observability.rules import rule_groups
 from gennstack.observability.values import cloudwatch_exporter_config
@@ -35,12 +35,16 @@ def _grafana_to_promql(expr: str) -> str:
 
 
 def dashboard_expressions() -> list[tuple[str, str]]:
+    # With the multi-node model's dashboard (applied only while serving.multi_node is on).
+    every = {**dashboards(), **multi_node_dashboards()}
     return [(f"{name}: {panel['title']} {target['refId']}", _grafana_to_promql(target["expr"]))
-            for name, dashboard in dashboards().items() for panel in dashboard["panels"] for target in panel["targets"]]
+            for name, dashboard in every.items() for panel in dashboard["panels"] for target in panel["targets"]]
 
 
 def rule_expressions() -> list[tuple[str, str]]:
-    groups = rule_groups(CONFIG, generations=["inf2", "trn2", "g6e"], serving_namespace="gennstack-serving")
+    # With the multi-node groups' rule (serving.multi_node on).
+    groups = rule_groups(CONFIG, generations=["inf2", "trn2", "g6e"], serving_namespace="gennstack-serving",
+                         multi_node_pool="gen3-g6e-multinode")
     return [(f"{g['name']}: {r.get('alert') or r.get('record')}", r["expr"]) for g in groups for r in g["rules"]]
 
 

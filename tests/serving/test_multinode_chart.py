@@ -126,11 +126,16 @@ def test_schema_rejects_a_neuron_generation_and_typos() -> None:
 
 def test_the_staging_gate_closes_on_the_groups_pods_too(objects) -> None:
     """The other servers' gate (templates/_staging.tpl schedulingGates, scheduling gate
-    gennstack.io/staged): open by default here (multiNode.staged true, since the staging Jobs do not
-    stage this model), closed with false on leaders and workers alike."""
+    gennstack.io/staged): multiNode.staged is `auto` like the generations' (its own stage Job and
+    marker: test_multinode_staging.py), so closed under `helm template`; true opens it, false closes
+    it on leaders and workers alike."""
     template = objects[("LeaderWorkerSet", "gen3-g6e-multinode")]["spec"]["leaderWorkerTemplate"]
-    assert "schedulingGates" not in template["leaderTemplate"]["spec"]
+    assert template["leaderTemplate"]["spec"]["schedulingGates"] == [{"name": "gennstack.io/staged"}]
     config = load_config(ON)
+    values = merged(cdk_values(ON, config.serving), {"multiNode": {"staged": True}})
+    opened = {(o["kind"], o["metadata"]["name"]): o for o in helm.render(CHART, values, namespace=NAMESPACE)}
+    for role in ("leaderTemplate", "workerTemplate"):
+        assert "schedulingGates" not in opened[("LeaderWorkerSet", "gen3-g6e-multinode")]["spec"]["leaderWorkerTemplate"][role]["spec"]
     values = merged(cdk_values(ON, config.serving), {"multiNode": {"staged": False}})
     closed = {(o["kind"], o["metadata"]["name"]): o for o in helm.render(CHART, values, namespace=NAMESPACE)}
     lws = closed[("LeaderWorkerSet", "gen3-g6e-multinode")]

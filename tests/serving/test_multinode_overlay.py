@@ -69,3 +69,87 @@ def test_checkov_finds_only_accepted_failures(scout: Synth) -> None:
 def test_readme_shows_the_overlay_as_it_is() -> None:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"```yaml\n{OVERLAY.read_text(encoding='utf-8')}```" in readme
+
+
+def test_the_groups_run_the_vllm_image_plus_ray_built_at_deploy(scout: Synth) -> None:
+    """vllm/vllm-openai has no Ray (vllm-project/vllm PR #36170 removed `ray[cgraph]` from
+    requirements/cuda.txt, which docker/Dockerfile installs), and the groups need it in every pod
+    (the leader's `ray start --head`, vLLM's Ray executor): CDK builds assets/images/g6e-vllm-ray
+    and the chart runs it."""
+    import re
+
+    from gennstack.serving.support import SUPPORT
+
+    dockerfile = (ROOT / "assets" / "images" / "g6e-vllm-ray" / "Dockerfile").read_text()
+    values = yaml.safe_load((ROOT / "assets" / "charts" / "gennstack-serving" / "values.yaml").read_text())
+    assert re.findall(r"^FROM (\S+)$", dockerfile, flags=re.MULTILINE) == [values["images"]["vllm"]] == [SUPPORT["g6e"].image]
+    assert "pip list --format=freeze --exclude-editable > /tmp/vllm-constraints.txt" in dockerfile
+    assert "&& python3 -m pip check" in dockerfile
+    (pinned,) = re.findall(r'-c /tmp/vllm-constraints.txt "ray\[cgraph\]==(\d+\.\d+\.\d+)"', dockerfile)
+    # The Ray the bootstrap is tested against (tests/serving/test_multinode_bootstrap.py, requirements-dev.txt).
+    dev = (ROOT / "requirements-dev.txt").read_text()
+    assert re.findall(r"^ray\[serve\]==(\S+)$", dev, flags=re.MULTILINE) == [pinned]
+    assets = json.loads((scout.outdir / "GenNStack.assets.json").read_text())
+    built = {i["source"]["directory"]: i for i in assets["dockerImages"].values()}
+    ours = [d for d in built if (scout.outdir / d / "Dockerfile").read_text() == dockerfile]
+    assert len(ours) == 1 and built[ours[0]]["source"]["platform"] == "linux/amd64"
+    charts = {c["Properties"]["Release"]: c["Properties"] for c in scout.resources("Custom::AWSCDK-EKS-HelmChart").values()}
+    values = json.dumps(charts["gennstack-serving"]["Values"])
+    # The image URI is a token CloudFormation joins in: the multiNode values hold the asset repository's.
+    multi = values[values.index('multiNode'):]
+    image = multi[multi.index('image'):][:200]
+    assert "container-assets" in image and "vllm-openai" not in image
+
+
+def test_summary_shows_the_groups_layout_memory_cost_gate_and_reclaim(scout: Synth) -> None:
+    """`gennstack summary` on the overlay's assembly: the multi-node model's own block, its numbers from
+    the capacity model (gennstack.serving.capacity) and gennstack.cost (bundled us-east-1 prices, as
+    README's table), and the gateway's model list holding it."""
+    from gennstack.cost.model import hourly_cost
+    from gennstack.cost.prices import load_table
+    from gennstack.serving.capacity import summary_line
+    from gennstack.serving.multinode import multi_node_plan
+    from gennstack.summary import summarize
+
+    lines = summarize(scout.outdir).splitlines()
+    section = scout.config.serving.multi_node
+    assert ("  Multi-node llama-4-scout: meta-llama/Llama-4-Scout-17B-16E-Instruct @ main: 2 group(s) (LeaderWorkerSet "
+            "gen3-g6e-multinode, one group = one replica) of 2 x g6e.12xlarge (8 GPUs), TP 4 x PP 2 over Ray; gateway "
+            "backend gen3-g6e-multinode-serve (the leaders)") in lines
+    assert "    Image: docker.io/vllm/vllm-openai:v0.29.0@sha256:c2914767605584b6d8f45686b82de173ecc99e781897aa3d0a66dacd72c51ae1 + Ray (built from assets/images/g6e-vllm-ray)" in lines
+    memory = summary_line(multi_node_plan(section))
+    assert f"    Memory: {memory} (the heaviest pipeline stage)" in lines
+    assert memory == ("TP 4 x PP 2, 16 seqs x 32768 tokens; per GPU (48.00 GB): weights 27.37 GB, KV 12.61 GB, margin 8.02 GB, "
+                      "free 0.00 GB; at most 15 sequences of 32768 tokens")
+    spot, od = hourly_cost(scout.config, load_table("us-east-1")).total("multi_node")
+    assert (round(spot, 2), round(od, 2)) == (17.04, 42.22)  # README: 16.79 + 0.25 of root volumes, 41.97 + 0.25
+    assert ("    Cost: $17.04-$42.22/h (spot estimate to on-demand, us-east-1), 4 x g6e.12xlarge with root volumes; "
+            "one group $8.52-$21.11/h") in lines
+    assert ("    Staged gate: no group pod until ConfigMap gen3-g6e-multinode-staged records "
+            "meta-llama/Llama-4-Scout-17B-16E-Instruct/main/ (leaders and workers wait, scheduling-gated); its stage Job "
+            "records it, the next deploy opens the gate; staging off: deploy with serving.staging: true, then again") in lines
+    assert ("    Reclaim: losing any member (a spot reclaim of one of its 2 nodes) recreates the whole group "
+            "(RecreateGroupOnPodRestart): one replica, 2 nodes' worth, down until its members are back; one group per "
+            "zone, so one zone's reclaim takes at most one") in lines
+    assert "  Gateway (internal NLB): models gpt-oss-20b, llama-3-70b-instruct, llama-4-maverick, llama-4-scout" in lines
+
+
+def test_monitoring_scrapes_the_leaders_and_alerts_per_group(scout: Synth) -> None:
+    """The overlay's template, read as tests/observability/test_exporters_deployed.py reads the default's:
+    every series a rule or panel reads has a deployed exporter with what it needs (the group rule's
+    kube_pod_container_status_ready from kube-state-metrics), the leaders' PodMonitor is applied, and
+    the groups get their own GenNStackNoReadyReplica (tests/observability/test_multinode_monitoring.py)."""
+    from gennstack.summary import summarize
+    from tests.observability.test_exporters_deployed import _manifests, problems
+
+    assert problems(scout.template, list(scout.config.generations.enabled())) == []
+    monitors = {o["metadata"]["name"]: o for o in _manifests(scout.template, "EksClustermanifestScrapeTargets")}
+    assert monitors["gennstack-vllm-multinode"]["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "gen3-g6e-multinode", "app.kubernetes.io/component": "server",
+        "leaderworkerset.sigs.k8s.io/worker-index": "0"}
+    [rule] = _manifests(scout.template, "EksClustermanifestAlertRules")
+    groups = [r for g in rule["spec"]["groups"] for r in g["rules"] if r.get("alert") == "GenNStackNoReadyReplica"]
+    assert [r["labels"]["generation"] for r in groups] == ["gen1-inf2", "gen2-trn2", "gen3-g6e", "gen3-g6e-multinode"]
+    text = summarize(scout.outdir)
+    assert "vLLM /metrics of the multi-node groups' leaders (gen3-g6e-multinode)" in text
+    assert "GenNStackNoReadyReplica x4" in text

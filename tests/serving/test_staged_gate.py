@@ -229,7 +229,7 @@ def test_serving_values_default_to_auto_and_check_the_gate() -> None:
     assert (forced["inf2"]["staged"], forced["trn2"]["staged"], forced["g6e"]["staged"]) == ("auto", True, False)
     for staged, message in (({"trn2": 1}, "serving_values: staged.trn2: got 1; allowed: 'auto', True or False"),
                             ({"trn2": "yes"}, "serving_values: staged.trn2: got 'yes'; allowed: 'auto', True or False"),
-                            ({"gen2": True}, "serving_values: staged: got generation 'gen2'; allowed: one of ['inf2', 'trn2', 'g6e']")):
+                            ({"gen2": True}, "serving_values: staged: got generation 'gen2'; allowed: one of ['inf2', 'trn2', 'g6e', 'multi_node']")):
         with pytest.raises(ConfigError) as info:
             serving_values(load_config({}), ServingConfig(), models_bucket="m", compile_cache_bucket="c", region="us-east-1",
                            hf_token_secret="s", staged=staged)

@@ -25,7 +25,9 @@ Once the model is staged (copied now, or found complete), ``COMPILE_JOB`` (Neuro
 released (below); then the model is recorded in the generation's ``STAGED_CONFIGMAP``
 (``<pool>-staged``, key ``model-<h>``: files/kube_patch.py), the marker the chart's gate reads, so
 the next deploy lets the servers and warm spares request accelerator nodes (g6e; Neuron
-generations also need their compiled artifacts, which ``s3sync.py push`` records). The chart's
+generations also need their compiled artifacts, which ``s3sync.py push`` records). The multi-node
+model (``multiNode``) has a stage Job of its own running this script, with its own marker
+(``gen3-g6e-multinode-staged``) and no compile Job. The chart's
 Role ``gennstack-serving-staged-markers`` allows exactly ``patch`` on those ConfigMaps.
 
 The compile Job is released: the chart creates that compile Job with ``spec.suspend: true``, so it has no pod and

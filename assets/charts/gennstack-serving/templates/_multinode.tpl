@@ -1,16 +1,34 @@
 {{/*
+The multi-node model as the staging templates see a generation (the stage Job, its marker, the
+group pods' gate): name `multiNode` (its values: modelId, revision, staged), pool
+`<generation's pool>-multinode`, never Neuron (so no compile Job; its gate needs the weights only).
+Call with the root context; use with fromYaml.
+*/}}
+{{- define "gennstack-serving.multiNodeGen" -}}
+{{- $m := .Values.multiNode }}
+{{- $base := fromYaml (include "gennstack-serving.gen" (dict "root" . "name" $m.generation)) }}
+name: multiNode
+pool: {{ printf "%s-multinode" $base.pool }}
+neuron: false
+{{- /* The prefix the leader streams from (multiNode.modelPrefix, CDK's gennstack/storage_layout.py key). */}}
+modelPrefix: {{ $m.modelPrefix }}
+{{- end }}
+
+{{/*
 The pod template of a multi-node group's leader or worker (templates/multinode-lws.yaml). Call with
 (dict "root" $ "ctx" $ctx "m" .Values.multiNode "role" "leader|worker" "args" (vLLM args) "cpu" "memory" "checksum").
 */}}
 {{- define "gennstack-serving.multiNodePod" -}}
 {{- $root := .root }}{{- $ctx := .ctx }}{{- $m := .m }}{{- $gen := $ctx.gen }}
 {{- $leader := eq .role "leader" }}
+{{- $staged := fromYaml (include "gennstack-serving.multiNodeGen" $root) }}
 metadata:
   labels:
     {{- include "gennstack-serving.labels" $root | nindent 4 }}
     {{- include "gennstack-serving.selectorLabels" $ctx | nindent 4 }}
     {{- include "gennstack-serving.routableLabel" $root | nindent 4 }}
     gennstack.io/multinode-role: {{ .role }}
+    {{- include "gennstack-serving.stagedLabel" (dict "root" $root "gen" $staged) | nindent 4 }}
   annotations:
     # One zone per group, one group per zone (LWS's pod webhook turns this into pod (anti-)affinity).
     leaderworkerset.sigs.k8s.io/exclusive-topology: topology.kubernetes.io/zone
@@ -24,7 +42,7 @@ spec:
   terminationGracePeriodSeconds: {{ $root.Values.spot.terminationGracePeriodSeconds }}
   {{- include "gennstack-serving.placement" $ctx | nindent 2 }}
   {{- /* The staging gate of the other servers, read from multiNode.staged and the marker of this model. */}}
-  {{- include "gennstack-serving.schedulingGates" (dict "root" $root "gen" (dict "name" "multiNode" "pool" $gen.pool "neuron" false "modelPrefix" $gen.modelPrefix)) | nindent 2 }}
+  {{- include "gennstack-serving.schedulingGates" (dict "root" $root "gen" $staged) | nindent 2 }}
   {{- /* placement's nodeSelector, plus the one instance type every member must be. */}}
   affinity:
     nodeAffinity:
