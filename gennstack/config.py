@@ -30,7 +30,7 @@ from gennstack.gateway.config import GatewayConfig
 from gennstack.observability.config import MonitoringConfig
 from gennstack.serving.config import ServingConfig
 from gennstack.serving.fit import check_fits
-from gennstack.serving.multinode import check_multi_node_zones
+from gennstack.serving.multinode import check_multi_node_zones, warm_spare_namespace
 
 __all__ = [
     "ConfigError",
@@ -320,6 +320,11 @@ class GenNStackConfig(StrictModel):
                 raise ValueError(f"tag {key!r} value must be at most 256 characters")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _route_multi_node(cls, data: Any) -> Any:
+        return with_multi_node_route(data)
+
     @model_validator(mode="after")
     def _zones_in_region(self) -> GenNStackConfig:
         zones = self.network.availability_zones
@@ -335,6 +340,8 @@ class GenNStackConfig(StrictModel):
             raise FieldError("generations", "all disabled", "at least one enabled generation")
         check_fits(self.generations, self.serving)
         check_multi_node_zones(self.serving.multi_node, self.network.az_count)
+        if self.serving.multi_node.enabled:
+            warm_spare_namespace(self.serving.namespace)
         from gennstack.gateway.config import routing_table
 
         try:
@@ -342,6 +349,36 @@ class GenNStackConfig(StrictModel):
         except ValueError as exc:
             raise ConfigError(f"gateway: {exc}") from None
         return self
+
+
+def with_multi_node_route(data: Any) -> Any:
+    """``data`` (a raw config) with the gateway model of ``serving.multi_node`` when it is on: its
+    ``served_model_name`` routed to the groups' leaders (gennstack/serving/multinode_gateway.py),
+    beside the configured (or default) models, so ``gateway.fallbacks`` and ``aliases`` may name it. A
+    model of that name already in ``gateway.models`` is kept as configured. Anything malformed is left
+    for the normal validation to report."""
+    from gennstack.gateway.config import default_models
+    from gennstack.serving.multinode import MultiNodeServing
+    from gennstack.serving.multinode_gateway import multi_node_backend
+
+    if not isinstance(data, Mapping):
+        return data
+    serving = data.get("serving")
+    raw = serving.get("multi_node") if isinstance(serving, Mapping) else None
+    if not isinstance(raw, Mapping) or raw.get("enabled") is not True:
+        return data
+    try:
+        section = MultiNodeServing.model_validate(dict(raw))
+    except ValueError:  # pydantic's ValidationError too
+        return data
+    gateway = data.get("gateway", {})
+    if not isinstance(gateway, Mapping):
+        return data
+    models = gateway.get("models", {name: backend.model_dump() for name, backend in default_models().items()})
+    if not isinstance(models, Mapping) or section.served_model_name in models:
+        return data
+    models = {**models, section.served_model_name: multi_node_backend(section)}
+    return {**data, "gateway": {**gateway, "models": models}}
 
 
 def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,11 @@ interruption_warning, scheduled_change, drained, node_gone (gennstack/drill/hand
 reach the bench's timeline only if the bench is still running then; a failure here prints a warning
 and never fails the drill. "Replacement ready" is not among them: it would need the cluster.
 
+``--target multinode`` interrupts one member node of a multi-node group (``serving.multi_node``): the
+template for it targets one running spot node of the generation's NodePool of the groups' instance
+type (gennstack/drill/templates.py ``multinode_template``); the handler's "drained" line then names
+the group it took out of routing, whole and once.
+
 Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
 or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
 
@@ -47,7 +52,7 @@ from gennstack.config_base import GENERATION_NAMES
 from gennstack.drill.events import EVENTS_FILE, EventLog
 from gennstack.drill.handler_log import SOURCE as HANDLER_SOURCE
 from gennstack.drill.handler_log import Marker, gone, handler_events, markers_from_events, resolved_instances
-from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, template_tags
+from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, TARGET_TAG, TARGETS, template_tags
 
 TERMINAL = frozenset({"completed", "stopped", "failed", "cancelled"})
 # The IAM actions the command uses (StartExperiment with tags also needs fis:TagResource; the last two
@@ -106,16 +111,24 @@ class DrillTemplate:
     handler_log_group: str | None  # None: a template from before the tag existed
 
 
-def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, region: str | None) -> DrillTemplate:
-    wanted = template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes)
+def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, region: str | None,
+                  target: str = "nodes") -> DrillTemplate:
+    wanted = template_tags(cluster_name=cluster_name, generation=generation, nodes=nodes, target=target)
     matches = []
     for page in fis.get_paginator("list_experiment_templates").paginate():
         for summary in page.get("experimentTemplates", []):
             tags = summary.get("tags") or {}
-            if all(tags.get(key) == value for key, value in wanted.items()):
+            # A template without the target tag is a "nodes" one (they predate it).
+            if all(tags.get(key) == value for key, value in wanted.items()) and tags.get(TARGET_TAG, "nodes") == target:
                 matches.append(DrillTemplate(summary["id"], tags.get(HANDLER_LOG_GROUP_TAG) or None))
     if not matches:
         labels = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        if target == "multinode":
+            raise DrillError(
+                f"no FIS experiment template tagged {labels} in region {region or '(default)'}: drills or "
+                f"serving.multi_node are off, or the stack is not deployed there with both on; set drills.enabled: true "
+                f"and serving.multi_node.enabled: true in your config and deploy"
+            )
         raise DrillError(
             f"no FIS experiment template tagged {labels} in region {region or '(default)'}: drills are off "
             f"(drills.enabled: false), --nodes is above drills.max_nodes, or the stack is not deployed "
@@ -179,6 +192,7 @@ def drill(
     bench_lead_seconds: float = 0.0,
     logs: Any = None,
     warn: Callable[[str], None] = _warn_stderr,
+    target: str = "nodes",
 ) -> int:
     """Run one drill; returns the exit code. Raises :class:`DrillError` with the operator's message.
 
@@ -186,12 +200,16 @@ def drill(
     interruption handler's lines become markers (:func:`handler_markers`; skipped without ``logs``).
     """
     try:
-        template = find_template(fis, cluster_name=config.cluster_name, generation=generation, nodes=nodes, region=region)
+        template = find_template(fis, cluster_name=config.cluster_name, generation=generation, nodes=nodes, region=region,
+                                 target=target)
     except (ClientError, BotoCoreError) as exc:
         raise DrillError(explain(exc)) from exc
     template_id = template.id
-    started_at = log.add("drill_start", f"drill: {nodes} {generation} spot node(s), template {template_id}",
-                         template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region)
+    what = (f"1 {generation} spot node holding a multi-node group member" if target == "multinode"
+            else f"{nodes} {generation} spot node(s)")
+    started_at = log.add("drill_start", f"drill: {what}, template {template_id}",
+                         template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region,
+                         **({"target": target} if target != "nodes" else {}))
     since = datetime.fromisoformat(started_at["time"].replace("Z", "+00:00"))
 
     def markers(experiment_id: str) -> None:
@@ -209,7 +227,8 @@ def drill(
             started = fis.start_experiment(
                 clientToken=str(uuid.uuid4()),
                 experimentTemplateId=template_id,
-                tags={"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": generation},
+                tags={"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": generation,
+                      **({TARGET_TAG: target} if target != "nodes" else {})},
             )["experiment"]
         except (ClientError, BotoCoreError) as exc:
             raise DrillError(explain(exc)) from exc
@@ -408,15 +427,33 @@ def run(
 ) -> int:
     from gennstack.cli_config import command_config, resolve_region
 
+    if args.local and args.target == "multinode":
+        print("gennstack drill --local: --target multinode: the local drill's replicas are single processes, it models no "
+              "multi-node group (drop --target, or run it in AWS)", file=stderr or sys.stderr)
+        return 2
     if args.local:
         return run_local(args, stdout=stdout, stderr=stderr, now=now)
     out, err = stdout or sys.stdout, stderr or sys.stderr
-    if args.generation is None:
+    if args.generation is None and args.target != "multinode":
         print("gennstack drill: --generation is required (or --local for a drill on this machine)", file=err)
         return 2
     config = command_config(args, command="drill", err=err)
     if config is None:
         return 2
+    if args.target == "multinode":
+        multi_node = config.serving.multi_node
+        if not multi_node.enabled:
+            print("gennstack drill: --target multinode: serving.multi_node.enabled is false in the config (no group to target)", file=err)
+            return 2
+        if args.generation not in (None, multi_node.generation):
+            print(f"gennstack drill: --target multinode --generation {args.generation}: the groups run on "
+                  f"{multi_node.generation} (serving.multi_node.generation)", file=err)
+            return 2
+        if args.nodes != 1:
+            print(f"gennstack drill: --target multinode --nodes {args.nodes}: allowed 1 (one member node; the handler "
+                  "drains its whole group)", file=err)
+            return 2
+        args.generation = multi_node.generation
     if args.generation not in config.generations.enabled():
         print(f"gennstack drill: --generation {args.generation}: not enabled in the config (enabled: {list(config.generations.enabled())})", file=err)
         return 2
@@ -431,7 +468,8 @@ def run(
     if bench_args and "--output-dir" in bench_args:
         print("gennstack drill: --bench-args must not hold --output-dir: the bench writes into the drill's folder", file=err)
         return 2
-    output = Path(args.output_dir or Path("drill-results") / f"{now():%Y%m%dT%H%M%SZ}-{args.generation}-{args.nodes}")
+    which = "multinode" if args.target == "multinode" else str(args.nodes)
+    output = Path(args.output_dir or Path("drill-results") / f"{now():%Y%m%dT%H%M%SZ}-{args.generation}-{which}")
     output.mkdir(parents=True, exist_ok=True)
     log = EventLog(output / EVENTS_FILE, out, now)
     if make_session is None:
@@ -451,7 +489,7 @@ def run(
         code = drill(fis, config=config, generation=args.generation, nodes=args.nodes, region=region, log=log,
                      poll_seconds=args.poll_seconds, sleep=sleep, monotonic=monotonic, bench=bench,
                      bench_lead_seconds=args.bench_lead, logs=logs,
-                     warn=lambda text: print(f"gennstack drill: warning: {text}", file=err, flush=True))
+                     warn=lambda text: print(f"gennstack drill: warning: {text}", file=err, flush=True), target=args.target)
     except DrillError as exc:
         log.add("drill_end", f"drill failed: {exc}", outcome="error", error=str(exc))
         print(f"gennstack drill: {exc}", file=err)
@@ -470,6 +508,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--generation", choices=GENERATION_NAMES,
                         help="whose spot NodePool to interrupt (required in AWS; with --local, whose model to serve, default g6e)")
     parser.add_argument("--nodes", type=int, default=1, help="how many running spot nodes (1 to drills.max_nodes; default: %(default)s)")
+    parser.add_argument("--target", choices=TARGETS, default="nodes",
+                        help="nodes: any running spot nodes of the generation's NodePool; multinode: one member node of a "
+                             "multi-node group (serving.multi_node; --generation defaults to its generation, --nodes 1) "
+                             "(default: %(default)s)")
     parser.add_argument("--bench-args", metavar="ARGS",
                         help="run `gennstack bench ARGS` meanwhile, e.g. --bench-args=\"--base-url https://GATEWAY/v1 --model gennstack-default "
                              "--concurrency 32 --duration 600\" (write it with '=': ARGS starts with '-')")

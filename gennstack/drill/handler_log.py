@@ -11,7 +11,8 @@ Relies on:
   ``interruptions.py`` ``Result.log_fields``): one Powertools JSON line per instance outcome, with
   ``outcome`` (recorded | duplicate | terminated | ...), ``instance_id``, and for recorded/duplicate
   ``signal``, ``nodepool``, ``generation``, and when drain routing took pods out ``node``,
-  ``drained_pods``, ``drain_latency_ms``; a terminated line's ``detail`` is the EC2 state (or "found by
+  ``drained_pods``, ``drain_latency_ms``, and ``drained_groups`` (the multi-node groups it took out,
+  by leader, once each); a terminated line's ``detail`` is the EC2 state (or "found by
   reconciler"). The function logs in Lambda's Text format, so a line's message is that JSON object.
   tests/lambdas/test_handler_lines_for_drill.py runs the real handler and feeds its lines here.
 * botocore's FIS model: ``ResolvedTarget.targetInformation`` is a string-to-string map whose keys
@@ -67,6 +68,7 @@ class Marker:
         detail = ", ".join(f"{key} {value}" for key, value in (
             ("node", self.fields.get("node")),
             ("pods", " ".join(self.fields.get("pods") or []) or None),
+            ("group", " ".join(self.fields.get("groups") or []) or None),
             ("state", self.fields.get("state")),
         ) if value)
         return f"handler: {self.instance_id} {_TEXT[self.event]}" + (f" ({detail})" if detail else "")
@@ -153,6 +155,8 @@ def markers_from_events(events: Iterable[dict[str, Any]], instances: Iterable[st
                 drained = {"pods": list(line["drained_pods"]), "node": line.get("node")}
                 if line.get("drain_latency_ms") is not None:
                     drained["drain_latency_ms"] = line["drain_latency_ms"]
+                if line.get("drained_groups"):
+                    drained["groups"] = list(line["drained_groups"])
                 found.append((DRAINED, signal, {**common, **drained}))
         elif outcome == "terminated":
             found.append((NODE_GONE, "", {"state": line.get("detail")}))

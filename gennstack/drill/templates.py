@@ -28,19 +28,63 @@ DRILL_KIND = "spot-interruption"
 CLUSTER_NAME_TAG = "gennstack.io/cluster"
 GENERATION_TAG = "gennstack.io/generation"
 NODES_TAG = "gennstack.io/nodes"
+# What a template interrupts: absent (templates from before it existed) or "nodes", any running spot
+# nodes of the pool; "multinode", one member node of a multi-node group (:func:`multinode_template`).
+TARGET_TAG = "gennstack.io/target"
+TARGETS = ("nodes", "multinode")
 # Not part of the match: where `gennstack drill` reads the interruption handler's log lines afterwards.
 HANDLER_LOG_GROUP_TAG = "gennstack.io/handler-log-group"
 # AWS FIS tag values: at most 256 characters.
 MAX_TAG_VALUE = 256
 
 
-def template_tags(*, cluster_name: str, generation: str, nodes: int) -> dict[str, str]:
+def template_tags(*, cluster_name: str, generation: str, nodes: int, target: str = "nodes") -> dict[str, str]:
+    """The tags that identify a drill template; ``target`` "nodes" adds none (the templates as they
+    always were), "multinode" adds :data:`TARGET_TAG`."""
     return {
         DRILL_TAG: DRILL_KIND,
         CLUSTER_NAME_TAG: cluster_name,
         GENERATION_TAG: generation,
         NODES_TAG: str(nodes),
+        **({TARGET_TAG: target} if target != "nodes" else {}),
     }
+
+
+def multinode_template(
+    *,
+    cluster_name: str,
+    generation: str,
+    pool: str,
+    instance_type: str,
+    minutes_before_interruption: int,
+    role_arn: str,
+    stop_alarm_arns: list[str],
+    handler_log_group: str,
+) -> dict[str, Any]:
+    """``AWS::FIS::ExperimentTemplate`` properties: interrupt one member node of a multi-node group.
+
+    The members run on the generation's NodePool, each alone on a node of ``serving.multi_node.instance_type``
+    (the chart's required node affinity, one pod a node taking all its GPUs), so the target is one
+    running spot node of ``pool`` of that type: the resource filter ``InstanceType`` (a path of
+    DescribeInstances' instance, as ``State.Name``). EC2 tags say nothing of pods: where the
+    generation's single-node replicas may also run on that type, the node FIS picks can hold those
+    instead; the handler's lines afterwards say which (a drained group, or drained pods).
+    """
+    properties = experiment_template(
+        cluster_name=cluster_name, generation=generation, pool=pool, nodes=1,
+        minutes_before_interruption=minutes_before_interruption, role_arn=role_arn,
+        stop_alarm_arns=stop_alarm_arns, handler_log_group=handler_log_group,
+    )
+    [target] = properties["Targets"].values()
+    target["Filters"] = [*target["Filters"], {"Path": "InstanceType", "Values": [instance_type]}]
+    properties["Targets"] = {f"{pool}-multinode-member": target}
+    properties["Actions"]["interrupt"]["Targets"] = {TARGET_KEY: f"{pool}-multinode-member"}
+    properties["Description"] = (
+        f"GenNStack drill: spot interruption of one multi-node group member ({instance_type}) of NodePool {pool} "
+        f"({minutes_before_interruption} min to reclaim)"
+    )
+    properties["Tags"] = {**properties["Tags"], TARGET_TAG: "multinode"}
+    return properties
 
 
 def target_tags(*, cluster_name: str, pool: str) -> dict[str, str]:

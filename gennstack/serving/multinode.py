@@ -28,8 +28,8 @@ from gennstack.config_base import ConfigError, FieldError, StrictModel
 from gennstack.instances import INSTANCE_TYPES, family
 from gennstack.serving.capacity import MODELS, Layout, Plan, plan
 
-__all__ = ["NEURON_NO_MULTI_NODE", "MultiNodeServing", "check_multi_node_zones", "multi_node_layout", "multi_node_plan",
-           "multi_node_values"]
+__all__ = ["NEURON_NO_MULTI_NODE", "WARM_SPARE_NAMESPACE_SUFFIX", "MultiNodeServing", "check_multi_node_zones", "multi_node_layout",
+           "multi_node_plan", "multi_node_values", "warm_spare_group_name", "warm_spare_namespace"]
 
 NEURON_NO_MULTI_NODE = (
     "g6e: NxD Inference (inf2, trn2) documents no pipeline-parallel or multi-node inference "
@@ -37,6 +37,9 @@ NEURON_NO_MULTI_NODE = (
     "multi-node inference will be supported in future Neuron releases\")"
 )
 _SCOUT = "meta-llama/Llama-4-Scout-17B-16E-Instruct"
+# The warm-spare groups' namespace is the serving namespace plus this (the chart's
+# templates/multinode-warm-spare.yaml default): see warm_spare_namespace for why it is not the same one.
+WARM_SPARE_NAMESPACE_SUFFIX = "-group-spares"
 
 
 class MultiNodeServing(StrictModel):
@@ -63,6 +66,10 @@ class MultiNodeServing(StrictModel):
     pipeline_parallel_size: Annotated[int, Field(ge=2, le=8)] = 2
     # Groups (replicas). A fixed count: KEDA does not scale groups yet (docs/serving.md).
     replicas: Annotated[int, Field(ge=1, le=20)] = 1
+    # Warm-spare groups at rest (the LeaderWorkerSet <pool>-multinode-warm-spare, nodes_per_replica
+    # idle members each, preempted whole by a serving group); the interruption handler adds one per
+    # group with a doomed member, up to interruptions.warm_spare_cap. 0: none until an interruption.
+    warm_spare_replicas: Annotated[int, Field(ge=0, le=20)] = 0
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 32768
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 16
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.95)] = 0.9
@@ -72,8 +79,9 @@ class MultiNodeServing(StrictModel):
     # How long the leader waits for every member to join its Ray cluster before it gives up (and
     # LWS recreates the group).
     group_timeout_seconds: Annotated[int, Field(ge=60, le=3600)] = 900
-    # A full image reference that replaces the chart's pinned vLLM image (images.vllm); it must
-    # hold Ray (the leader starts a Ray head). ServingConfig checks it is pinned, as every image.
+    # A full image reference of vLLM with Ray (the leader starts a Ray head, vLLM's Ray executor
+    # drives the pipeline). Unset: CDK builds assets/images/g6e-vllm-ray, the chart's vLLM image
+    # plus Ray (vllm/vllm-openai has none). ServingConfig checks it is pinned, as every image.
     image: str | None = None
 
     @model_validator(mode="after")
@@ -109,12 +117,42 @@ def multi_node_plan(section: MultiNodeServing) -> Plan:
 
 def check_multi_node_zones(section: MultiNodeServing, az_count: int) -> None:
     """One group per zone (the chart's LWS exclusive-topology on topology.kubernetes.io/zone): more
-    groups than the VPC's zones would leave the rest pending for ever."""
+    groups than the VPC's zones would leave the rest pending for ever. Warm-spare groups likewise,
+    among themselves (their own namespace)."""
     if section.enabled and section.replicas > az_count:
         raise ConfigError(
             f"serving.multi_node.replicas: got {section.replicas}; allowed: at most network.az_count ({az_count}): "
             "each group holds a zone of its own (LWS exclusive-topology), so groups never share a zone's reclaim"
         )
+    if section.enabled and section.warm_spare_replicas > az_count:
+        raise ConfigError(
+            f"serving.multi_node.warm_spare_replicas: got {section.warm_spare_replicas}; allowed: at most "
+            f"network.az_count ({az_count}): each warm-spare group holds a zone among the spares (LWS exclusive-topology)"
+        )
+
+
+def warm_spare_group_name(generation_pool: str) -> str:
+    """The warm-spare LeaderWorkerSet of the multi-node model on ``generation_pool`` (e.g. gen3-g6e)."""
+    return f"{generation_pool}-multinode-warm-spare"
+
+
+def warm_spare_namespace(serving_namespace: str) -> str:
+    """The namespace of the warm-spare groups: not the serving one.
+
+    LWS v0.10.0's pod webhook labels every group's leader with ``leaderworkerset.sigs.k8s.io/group-key``
+    whether or not it asks for exclusive topology (``pkg/webhooks/pod_webhook.go``), and a serving
+    group's exclusive-topology anti-affinity (``SetExclusiveAffinities``: group-key Exists, NotIn its
+    own) selects such pods in its own namespace (the term names no namespaces). Spare groups beside the
+    serving ones would keep serving groups out of their zones, and preemption could not clear them:
+    the scheduler picks victims on one candidate node, the spare's other members stay in the zone.
+    """
+    namespace = f"{serving_namespace}{WARM_SPARE_NAMESPACE_SUFFIX}"
+    if len(namespace) > 63:
+        raise ConfigError(
+            f"serving.namespace: got {serving_namespace!r}; allowed: at most {63 - len(WARM_SPARE_NAMESPACE_SUFFIX)} "
+            f"characters with serving.multi_node on (its warm-spare groups' namespace {namespace!r} must be a DNS label)"
+        )
+    return namespace
 
 
 def multi_node_values(section: MultiNodeServing, model_prefix: str) -> dict[str, Any]:
@@ -132,6 +170,7 @@ def multi_node_values(section: MultiNodeServing, model_prefix: str) -> dict[str,
         "pipelineParallelSize": section.pipeline_parallel_size,
         "gpusPerNode": INSTANCE_TYPES[section.instance_type].accelerators,
         "replicas": section.replicas,
+        "warmSpareReplicas": section.warm_spare_replicas,
         "maxModelLen": section.max_model_len,
         "maxNumSeqs": section.max_num_seqs,
         "gpuMemoryUtilization": section.gpu_memory_utilization,

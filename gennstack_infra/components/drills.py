@@ -2,7 +2,9 @@
 
 Created only with ``drills.enabled``. Per enabled generation: one IAM role that FIS assumes, allowed
 to send spot interruptions only to instances tagged as this cluster's spot NodePool of that
-generation, and one template per node count (1 .. ``drills.max_nodes``). ``gennstack drill`` starts
+generation, and one template per node count (1 .. ``drills.max_nodes``), plus, with
+``serving.multi_node`` on, one that interrupts a member node of a multi-node group (same role: the
+members run on the generation's spot NodePool). ``gennstack drill`` starts
 one (docs/spot-drills.md). What each template holds: ``gennstack.drill.templates``; a tag names the
 interruption handler's log group, where ``gennstack drill`` reads the handler's lines afterwards.
 
@@ -23,7 +25,7 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 from gennstack.config import GenNStackConfig
-from gennstack.drill.templates import experiment_template, role_statements
+from gennstack.drill.templates import experiment_template, multinode_template, role_statements
 
 _IDS = {"inf2": "Inf2", "trn2": "Trn2", "g6e": "G6e"}
 
@@ -46,6 +48,8 @@ class SpotDrills(Construct):
         drills = config.drills
         self.roles: dict[str, iam.Role] = {}
         self.templates: dict[tuple[str, int], fis.CfnExperimentTemplate] = {}
+        self.multinode_template: fis.CfnExperimentTemplate | None = None
+        multi_node = config.serving.multi_node
         for generation in config.generations.enabled():
             pool = POOL_NAMES[generation]
             role = iam.Role(
@@ -112,3 +116,21 @@ class SpotDrills(Construct):
                 for key in ("Targets", "Actions", "StopConditions", "ExperimentOptions"):
                     template.add_property_override(key, properties[key])
                 self.templates[(generation, nodes)] = template
+            if multi_node.enabled and multi_node.generation == generation:
+                self.multinode_template = _template(self, f"{_IDS[generation]}MultiNodeMember", multinode_template(
+                    cluster_name=config.cluster_name, generation=generation, pool=pool,
+                    instance_type=multi_node.instance_type,
+                    minutes_before_interruption=drills.minutes_before_interruption, role_arn=role.role_arn,
+                    stop_alarm_arns=[alarm.alarm_arn for alarm in stop_alarms],
+                    handler_log_group=handler_log_group.log_group_name,
+                ))
+
+
+def _template(scope: Construct, construct_id: str, properties: dict) -> fis.CfnExperimentTemplate:
+    template = fis.CfnExperimentTemplate(
+        scope, construct_id, description=properties["Description"], role_arn=properties["RoleArn"],
+        targets={}, stop_conditions=[], tags=properties["Tags"],
+    )
+    for key in ("Targets", "Actions", "StopConditions", "ExperimentOptions"):
+        template.add_property_override(key, properties[key])
+    return template

@@ -25,6 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from gennstack_infra.paths import BUILD, LAMBDAS
 from gennstack.config import GenNStackConfig
+from gennstack.serving.multinode import warm_spare_group_name, warm_spare_namespace
 
 FUNCTION_SOURCE = LAMBDAS
 LAYER_DIR = BUILD / "lambda-layer"
@@ -55,10 +56,13 @@ HANDLER_PATTERNS: dict[str, dict[str, Any]] = {
 
 
 def warm_spares(config: GenNStackConfig, *, namespace: str, baselines: dict[str, int]) -> dict[str, dict[str, Any]]:
-    """``WARM_SPARES``: each enabled generation's spot NodePool -> its warm-spare Deployment and bounds."""
+    """``WARM_SPARES``: each enabled generation's spot NodePool -> its warm-spare Deployment and bounds,
+    and, on the generation of ``serving.multi_node`` while drain routing tells its groups apart
+    (``drain_on``'s ``groups``), its warm-spare groups (:func:`group_spares`)."""
     from gennstack_infra.components.node_pools import POOL_NAMES
 
     cap = config.interruptions.warm_spare_cap
+    groups = group_spares(config, namespace=namespace)
     return {
         POOL_NAMES[name]: {
             "generation": name,
@@ -66,8 +70,30 @@ def warm_spares(config: GenNStackConfig, *, namespace: str, baselines: dict[str,
             "deployment": f"{POOL_NAMES[name]}-warm-spare",
             "baseline": min(baselines.get(name, 0), cap),
             "cap": cap,
+            **({"groups": groups} if groups is not None and config.serving.multi_node.generation == name else {}),
         }
         for name in config.generations.enabled()
+    }
+
+
+def group_spares(config: GenNStackConfig, *, namespace: str) -> dict[str, Any] | None:
+    """The warm-spare LeaderWorkerSet of ``serving.multi_node`` and its bounds in groups, or None (off,
+    or no drain routing on its NodePool: the handler finds a doomed instance's group through the
+    groups' pods, which only the drain group may list; the LWS then stays at its baseline).
+
+    The cap is ``interruptions.warm_spare_cap`` and at most ``network.az_count``: spare groups hold a
+    zone each among themselves (the chart's exclusive topology in their namespace)."""
+    from gennstack_infra.components.node_pools import POOL_NAMES
+
+    multi_node = config.serving.multi_node
+    if not multi_node.enabled or not getattr(config.interruptions.drain_on, multi_node.generation):
+        return None
+    cap = min(config.interruptions.warm_spare_cap, config.network.az_count)
+    return {
+        "namespace": warm_spare_namespace(namespace),
+        "leaderworkerset": warm_spare_group_name(POOL_NAMES[multi_node.generation]),
+        "baseline": min(multi_node.warm_spare_replicas, cap),
+        "cap": cap,
     }
 
 
@@ -183,6 +209,40 @@ def drain_rbac_manifests(*, namespace: str) -> list[dict[str, Any]]:
                 "validationActions": ["Deny"],
                 "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}},
             },
+        },
+    ]
+
+
+def group_spare_rbac_manifests(groups: dict[str, Any]) -> list[dict[str, Any]]:
+    """Get and patch the scale of the one warm-spare LeaderWorkerSet, in its namespace, for the handler's group.
+
+    The LWS v0.10.0 CRD serves a ``scale`` subresource (``spec.versions[].subresources.scale``, from
+    ``+kubebuilder:subresource:scale`` in api/leaderworkerset/v1/leaderworkerset_types.go), which RBAC
+    names ``leaderworkersets/scale`` in API group ``leaderworkerset.x-k8s.io``; ``get`` and ``patch`` are
+    the two calls the handler makes (lambdas/interruption_handler/kube.py). Nothing on the
+    LeaderWorkerSet itself, nothing on the serving groups' LeaderWorkerSet."""
+    name = "warm-spare-group-scaler"
+    namespace = groups["namespace"]
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [
+                {
+                    "apiGroups": ["leaderworkerset.x-k8s.io"],
+                    "resources": ["leaderworkersets/scale"],
+                    "resourceNames": [groups["leaderworkerset"]],
+                    "verbs": ["get", "patch"],
+                }
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}],
         },
     ]
 
@@ -398,6 +458,9 @@ class InterruptionHandler(Construct):
         manifest = rbac_manifests(namespace=namespace, deployments=[s["deployment"] for s in spares.values()])
         if drains:
             manifest += drain_rbac_manifests(namespace=namespace)
+        groups = next((s["groups"] for s in spares.values() if "groups" in s), None)
+        if groups is not None:
+            manifest += group_spare_rbac_manifests(groups)
         self.rbac = eks.KubernetesManifest(self, "Rbac", cluster=cluster, manifest=manifest)
         self._acknowledge()
 

@@ -232,6 +232,20 @@ def restore_groups(kube: KubeClient, *, namespace: str, pods: list[dict[str, Any
     return set_routing(kube, namespace=namespace, node="(not doomed)", routable=True, pods=stale)
 
 
+def group_keys_on(kube: KubeClient, *, pool: str, namespace: str, selector: str, instance_ids: set[str]) -> dict[str, set[str]]:
+    """``{instance id: group keys}``: the multi-node groups (``selector``'s pods) with a member on each
+    of ``instance_ids``' nodes; an instance whose node is not (or no longer) registered holds none."""
+    nodes = {name: instance for name, instance in pool_nodes(kube, pool).items() if instance in instance_ids}
+    if not nodes:
+        return {}
+    found: dict[str, set[str]] = {}
+    for key, members in groups_of(kube.list_items(pods_path(namespace), label_selector=selector)).items():
+        for pod in members:
+            if node_of(pod) in nodes:
+                found.setdefault(nodes[node_of(pod)], set()).add(key)
+    return found
+
+
 def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, instance_id: str) -> tuple[str | None, Routing]:
     """Take the serving pods on ``instance_id``'s node out of load balancing, unless they are the
     generation's last serving pods (then ``kept``); with ``drain.groups``, the whole multi-node group

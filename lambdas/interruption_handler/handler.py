@@ -127,6 +127,9 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
             _metric("DuplicateSignals", MetricUnit.Count, 1, namespace, generation=result.generation)
         elif result.outcome == "reconciled" and result.generation and result.replicas is not None:
             _metric("WarmSpareReplicas", MetricUnit.Count, result.replicas, namespace, generation=result.generation)
+        if result.outcome == "reconciled" and result.generation and result.spare_groups is not None:
+            # Warm-spare groups of the multi-node replicas, in groups (each nodes_per_replica nodes).
+            _metric("WarmSpareGroups", MetricUnit.Count, result.spare_groups, namespace, generation=result.generation)
 
 
 def _fail(failures: list[HandlerError], *, namespace: str | None) -> None:

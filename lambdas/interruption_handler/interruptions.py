@@ -23,6 +23,16 @@ Replica count
     leave a stale, lower count behind, because the later patch of a stale read gets 409 and is redone
     (at most ``CONFLICT_ATTEMPTS`` times). No patch is sent when the count is already right.
 
+Warm-spare groups (multi-node replicas, ``WARM_SPARES[pool].groups``)
+    A LeaderWorkerSet whose ``spec.replicas`` counts groups, set through its ``scale`` like a
+    Deployment's, to ``min(cap, baseline + doomed groups)``: the distinct serving groups with a member
+    on an instance with an active record, however many of their members are interrupted. The record
+    keeps the group keys it found on its instance's node (``groups``, a string set, added at the
+    signal and at every reconcile while the node is there), so a group still counts while its
+    replacement forms after the node has gone; LWS names a group's key after its leader pod
+    (``genGroupUniqueKey(namespace, leader name)``, pkg/webhooks/pod_webhook.go at v0.10.0), so the
+    recreated group has the same key.
+
 Reconciler (the scheduled event)
     Marks records whose instance has terminated (or is no longer known to EC2) but whose state-change
     event never arrived, then sets every generation's Deployment to its count. As records go inactive,
@@ -42,11 +52,11 @@ from typing import Any
 from boto3.dynamodb.conditions import Attr
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .drain import converge_pool, drain_instance
+from .drain import converge_pool, drain_instance, group_keys_on
 from .errors import HandlerError, Ignored, Reason
 from .events import Interruption, Reconcile, Signal, StateChange
 from .kube import KubeClient
-from .settings import Settings, WarmSpare
+from .settings import GroupSpare, Settings, WarmSpare
 
 NODEPOOL_TAG = "karpenter.sh/nodepool"
 CLUSTER_NAME_TAG = "eks:eks-cluster-name"
@@ -81,6 +91,11 @@ class Result:
     # multi-node replicas (LeaderWorkerSet groups, by leader) this drain took out of routing, each once
     drained_groups: list[str] | None = None
     drain_latency_ms: float | None = None
+    # warm-spare groups (a LeaderWorkerSet, counted in groups): its count after and before this call,
+    # and the serving groups with a doomed member that it covers
+    spare_groups: int | None = None
+    previous_spare_groups: int | None = None
+    doomed_groups: int | None = None
 
     def log_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -171,9 +186,18 @@ def handle_interruption(
                 if routing.groups:
                     result.drained_groups = routing.groups
                 result.drain_latency_ms = round(max(0.0, clock() - interruption.event_time.timestamp()) * 1000, 1)
+        if spare.groups is not None:
+            try:
+                note_groups(kube, table, pool=pool, spare=spare, settings=settings, instance_ids={instance_id})
+            except HandlerError as error:
+                error.context.update(instance_id=instance_id, generation=spare.generation, namespace=spare.namespace)
+                report.failures.append(error)
         touched[spare.generation] = spare
     # Scale after recording every instance, once per generation (a Health event may name several).
     for generation, spare in touched.items():
+        if spare.groups is not None:  # its own count, whatever becomes of the Deployment's
+            _converge_groups_into(report, kube, table, generation, spare, settings=settings, clock=clock,
+                                  results=[r for r in report.results if r.generation == generation and r.outcome in ("recorded", "duplicate")])
         try:
             outcome = converge(kube, table, spare, settings=settings, clock=clock)
         except HandlerError as error:
@@ -189,6 +213,21 @@ def handle_interruption(
                 if result.outcome == "recorded":
                     result.prewarm_latency_ms = round(latency, 1)
     return report
+
+
+def _converge_groups_into(report: Report, kube: KubeClient, table: Any, generation: str, spare: WarmSpare, *,
+                          settings: Settings, clock: Clock, results: list[Result]) -> None:
+    assert spare.groups is not None
+    try:
+        outcome = converge_groups(kube, table, generation, spare.groups, settings=settings, clock=clock)
+    except HandlerError as error:
+        error.context.update(generation=generation, namespace=spare.groups.namespace, leaderworkerset=spare.groups.leaderworkerset)
+        report.failures.append(error)
+        return
+    for result in results:
+        result.spare_groups = outcome.replicas
+        result.previous_spare_groups = outcome.previous
+        result.doomed_groups = outcome.active
 
 
 def describe_instances(ec2: Any, instance_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -371,6 +410,59 @@ def converge(kube: KubeClient, table: Any, spare: WarmSpare, *, settings: Settin
     raise conflict
 
 
+def note_groups(kube: KubeClient, table: Any, *, pool: str, spare: WarmSpare, settings: Settings, instance_ids: set[str]) -> None:
+    """Add to each instance's record the keys of the serving groups with a member on its node."""
+    drain = settings.drain_on[pool]  # Settings.from_env: a NodePool with warm-spare groups has DRAIN_ON groups
+    assert drain.groups is not None
+    found = group_keys_on(kube, pool=pool, namespace=spare.namespace, selector=drain.groups, instance_ids=instance_ids)
+    for instance_id, keys in sorted(found.items()):
+        try:  # a set union: repeating it is harmless; only existing records (the condition)
+            table.update_item(
+                Key={"pk": record_key(instance_id)},
+                UpdateExpression="ADD #groups :g",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#groups": "groups"},
+                ExpressionAttributeValues={":g": set(keys)},
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise _dynamodb("UpdateItem", exc, instance_id) from exc
+        except BotoCoreError as exc:
+            raise _dynamodb("UpdateItem", exc, instance_id) from exc
+
+
+def doomed_groups_by_generation(records: Iterable[dict[str, Any]], *, now: float, settings: Settings) -> dict[str, set[str]]:
+    """The distinct serving-group keys of each generation's active records."""
+    found: dict[str, set[str]] = {}
+    for record in records:
+        if is_active(record, now=now, settings=settings):
+            found.setdefault(str(record.get("generation")), set()).update(str(k) for k in record.get("groups") or ())
+    return found
+
+
+def converge_groups(kube: KubeClient, table: Any, generation: str, groups: GroupSpare, *, settings: Settings,
+                    clock: Clock) -> ScaleOutcome:
+    """Set the warm-spare LeaderWorkerSet to ``min(cap, baseline + doomed groups)`` groups; redo on 409."""
+    conflict: HandlerError | None = None
+    for _ in range(CONFLICT_ATTEMPTS):
+        current = kube.get_scale(groups.namespace, groups.leaderworkerset, "leaderworkersets")
+        doomed = len(doomed_groups_by_generation(load_records(table), now=clock(), settings=settings).get(generation, ()))
+        desired = groups.desired_replicas(doomed)
+        if current.replicas == desired:
+            return ScaleOutcome(current.replicas, desired, doomed, changed=False)
+        try:
+            kube.patch_scale(groups.namespace, groups.leaderworkerset, desired, current.resource_version, "leaderworkersets")
+        except HandlerError as error:
+            if error.reason is not Reason.KUBE_CONFLICT:
+                raise
+            conflict = error
+            continue
+        return ScaleOutcome(current.replicas, desired, doomed, changed=True)
+    assert conflict is not None
+    conflict.context["attempts"] = CONFLICT_ATTEMPTS
+    raise conflict
+
+
 # --- state changes and reconcile --------------------------------------------------------------
 
 
@@ -411,26 +503,42 @@ def reconcile(
                     )
     except HandlerError as error:
         report.failures.append(error)  # still converge: the counts are right without the marks
+    _note_active_groups(kube, report, table, settings=settings, now=clock())
     if settings.drain_on:
         report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock(),
                                                reload=lambda: load_records(table)))
     for generation, spare in sorted(settings.generations.items()):
+        reconciled = Result("reconciled", generation=generation)
         try:
             outcome = converge(kube, table, spare, settings=settings, clock=clock)
         except HandlerError as error:
             error.context.update(generation=generation, namespace=spare.namespace, deployment=spare.deployment)
             report.failures.append(error)
-            continue
-        report.results.append(
-            Result(
-                "reconciled",
-                generation=generation,
-                replicas=outcome.replicas,
-                previous_replicas=outcome.previous,
-                active=outcome.active,
-            )
-        )
+        else:
+            reconciled.replicas, reconciled.previous_replicas, reconciled.active = outcome.replicas, outcome.previous, outcome.active
+            report.results.append(reconciled)
+        if spare.groups is not None:  # its own count, whatever becomes of the Deployment's
+            _converge_groups_into(report, kube, table, generation, spare, settings=settings, clock=clock, results=[reconciled])
+            if reconciled.replicas is None and reconciled.spare_groups is not None:
+                report.results.append(reconciled)
     return report
+
+
+def _note_active_groups(kube: KubeClient, report: Report, table: Any, *, settings: Settings, now: float) -> None:
+    """For NodePools with warm-spare groups: note the groups on the nodes of active records not yet
+    known to be gone (a signal whose note failed, a group placed on a doomed node since)."""
+    pools = {pool: spare for pool, spare in settings.warm_spares.items() if spare.groups is not None}
+    if not pools:
+        return
+    try:
+        records = load_records(table)
+        for pool, spare in sorted(pools.items()):
+            instances = {str(r["instance_id"]) for r in records if r.get("nodepool") == pool
+                         and is_active(r, now=now, settings=settings) and r.get("terminated_at") is None}
+            if instances:
+                note_groups(kube, table, pool=pool, spare=spare, settings=settings, instance_ids=instances)
+    except HandlerError as error:
+        report.failures.append(error)
 
 
 def records_or_none(report: Report, table: Any) -> list[dict[str, Any]] | None:

@@ -1,5 +1,11 @@
-"""The Kubernetes calls the handler makes: get and patch a Deployment's ``scale`` subresource; list
-nodes and pods and set one label on a pod (drain routing, see ``drain.py``).
+"""The Kubernetes calls the handler makes: get and patch the ``scale`` subresource of a Deployment or
+of a LeaderWorkerSet (warm-spare groups); list nodes and pods and set one label on a pod (drain
+routing, see ``drain.py``).
+
+A LeaderWorkerSet's scale (LWS v0.10.0, ``api/leaderworkerset/v1/leaderworkerset_types.go``:
+``+kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.hpaPodSelector``)
+is the same ``autoscaling/v1`` Scale the API server serves for a Deployment, its replicas the number
+of groups, at ``/apis/leaderworkerset.x-k8s.io/v1/namespaces/<ns>/leaderworkersets/<name>/scale``.
 
 Standard library only: ``http.client`` over TLS verified against the cluster CA, a timeout on every
 call, a fresh EKS token per request. Transient failures (429, 5xx, timeouts, dropped connections) are
@@ -29,6 +35,10 @@ _STATUS_REASONS = {
     404: Reason.KUBE_NOT_FOUND,
     409: Reason.KUBE_CONFLICT,
 }
+
+
+# The workload resources whose scale the handler sets, and their API group paths.
+SCALABLE = {"deployments": "/apis/apps/v1", "leaderworkersets": "/apis/leaderworkerset.x-k8s.io/v1"}
 
 
 @dataclass(frozen=True)
@@ -68,16 +78,17 @@ class KubeClient:
         self._sleep = sleep
 
     @staticmethod
-    def scale_path(namespace: str, deployment: str) -> str:
-        return f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}/deployments/{quote(deployment, safe='')}/scale"
+    def scale_path(namespace: str, deployment: str, resource: str = "deployments") -> str:
+        return f"{SCALABLE[resource]}/namespaces/{quote(namespace, safe='')}/{resource}/{quote(deployment, safe='')}/scale"
 
-    def get_scale(self, namespace: str, deployment: str) -> Scale:
-        return _scale(self._call("GET", self.scale_path(namespace, deployment), None), namespace, deployment)
+    def get_scale(self, namespace: str, deployment: str, resource: str = "deployments") -> Scale:
+        return _scale(self._call("GET", self.scale_path(namespace, deployment, resource), None), namespace, deployment)
 
-    def patch_scale(self, namespace: str, deployment: str, replicas: int, resource_version: str) -> Scale:
+    def patch_scale(self, namespace: str, deployment: str, replicas: int, resource_version: str,
+                    resource: str = "deployments") -> Scale:
         """Set ``spec.replicas``; the ``resourceVersion`` makes it conditional (409 when the scale moved)."""
         body = {"metadata": {"resourceVersion": resource_version}, "spec": {"replicas": replicas}}
-        return _scale(self._call("PATCH", self.scale_path(namespace, deployment), body), namespace, deployment)
+        return _scale(self._call("PATCH", self.scale_path(namespace, deployment, resource), body), namespace, deployment)
 
     def list_items(self, path: str, *, label_selector: str) -> list[dict[str, Any]]:
         """``GET`` a collection (``/api/v1/nodes``, ``/api/v1/namespaces/<ns>/pods``) filtered by a label selector."""

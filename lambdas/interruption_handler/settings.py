@@ -34,14 +34,29 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class GroupSpare:
+    """A generation's warm-spare groups: a LeaderWorkerSet whose ``spec.replicas`` counts groups."""
+
+    namespace: str
+    leaderworkerset: str
+    baseline: int
+    cap: int
+
+    def desired_replicas(self, doomed_groups: int) -> int:
+        """``min(cap, baseline + serving groups with a member on an interrupted instance)``."""
+        return min(self.cap, self.baseline + max(0, doomed_groups))
+
+
+@dataclass(frozen=True)
 class WarmSpare:
-    """One generation's warm-spare Deployment and its bounds."""
+    """One generation's warm-spare Deployment and its bounds (and its warm-spare groups, if any)."""
 
     generation: str
     namespace: str
     deployment: str
     baseline: int
     cap: int
+    groups: GroupSpare | None = None
 
     def desired_replicas(self, active_interruptions: int) -> int:
         """``min(cap, baseline + active interruptions)``: an absolute count, so repeating it is safe."""
@@ -74,6 +89,13 @@ class Settings:
         if not _CLUSTER_NAME.match(cluster_name):
             raise ConfigError(f"CLUSTER_NAME={cluster_name!r} is not an EKS cluster name")
         warm_spares = parse_warm_spares(_required(env, "WARM_SPARES"))
+        drain_on = parse_drain_on(env.get("DRAIN_ON", "").strip() or "{}", warm_spares)
+        for pool, spare in warm_spares.items():
+            if spare.groups is not None and (pool not in drain_on or drain_on[pool].groups is None):
+                raise ConfigError(
+                    f"WARM_SPARES[{pool!r}].groups needs DRAIN_ON[{pool!r}].groups: the groups' pods are how the "
+                    "handler tells which serving group an interrupted instance holds"
+                )
         return cls(
             cluster_name=cluster_name,
             cluster_endpoint=_endpoint(_required(env, "CLUSTER_ENDPOINT")),
@@ -87,12 +109,14 @@ class Settings:
             ),
             kube_timeout_seconds=_float(env, "KUBE_TIMEOUT_SECONDS", DEFAULT_KUBE_TIMEOUT_SECONDS),
             metrics_namespace=_required(env, "POWERTOOLS_METRICS_NAMESPACE"),
-            drain_on=MappingProxyType(parse_drain_on(env.get("DRAIN_ON", "").strip() or "{}", warm_spares)),
+            drain_on=MappingProxyType(drain_on),
         )
 
 
 def parse_warm_spares(raw: str) -> dict[str, WarmSpare]:
-    """Parse ``WARM_SPARES``: ``{"<nodepool>": {"generation", "namespace", "deployment", "baseline", "cap"}}``.
+    """Parse ``WARM_SPARES``: ``{"<nodepool>": {"generation", "namespace", "deployment", "baseline", "cap"}}``,
+    plus ``"groups": {"namespace", "leaderworkerset", "baseline", "cap"}`` where the NodePool also
+    runs multi-node replicas with warm-spare groups (a LeaderWorkerSet scaled by groups).
 
     NodePools that share a generation must agree on its Deployment and bounds, and two generations
     may not share a Deployment: each Deployment's replica count has exactly one formula.
@@ -111,14 +135,15 @@ def parse_warm_spares(raw: str) -> dict[str, WarmSpare]:
         if not isinstance(entry, dict):
             raise ConfigError(f"{where} must be an object, got {type(entry).__name__}")
         expected = {"generation", "namespace", "deployment", "baseline", "cap"}
-        if set(entry) != expected:
-            raise ConfigError(f"{where} keys are {sorted(entry)}; expected exactly {sorted(expected)}")
+        if not expected <= set(entry) <= expected | {"groups"}:
+            raise ConfigError(f"{where} keys are {sorted(entry)}; expected exactly {sorted(expected)}, and optionally 'groups'")
         spare = WarmSpare(
             generation=_name(entry["generation"], f"{where}.generation", _DNS_SUBDOMAIN),
             namespace=_name(entry["namespace"], f"{where}.namespace", _DNS_LABEL),
             deployment=_name(entry["deployment"], f"{where}.deployment", _DNS_SUBDOMAIN),
             baseline=_count(entry["baseline"], f"{where}.baseline"),
             cap=_count(entry["cap"], f"{where}.cap"),
+            groups=_group_spare(entry["groups"], f"{where}.groups") if "groups" in entry else None,
         )
         if spare.cap < spare.baseline:
             raise ConfigError(f"{where}.cap={spare.cap} is below baseline={spare.baseline}")
@@ -139,6 +164,23 @@ def parse_warm_spares(raw: str) -> dict[str, WarmSpare]:
                 f"{owner!r} and {spare.generation!r}"
             )
     return spares
+
+
+def _group_spare(entry: Any, where: str) -> GroupSpare:
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be an object, got {type(entry).__name__}")
+    expected = {"namespace", "leaderworkerset", "baseline", "cap"}
+    if set(entry) != expected:
+        raise ConfigError(f"{where} keys are {sorted(entry)}; expected exactly {sorted(expected)}")
+    groups = GroupSpare(
+        namespace=_name(entry["namespace"], f"{where}.namespace", _DNS_LABEL),
+        leaderworkerset=_name(entry["leaderworkerset"], f"{where}.leaderworkerset", _DNS_LABEL),
+        baseline=_count(entry["baseline"], f"{where}.baseline"),
+        cap=_count(entry["cap"], f"{where}.cap"),
+    )
+    if groups.cap < groups.baseline:
+        raise ConfigError(f"{where}.cap={groups.cap} is below baseline={groups.baseline}")
+    return groups
 
 
 DRAIN_SIGNALS = frozenset({"rebalance_recommendation", "spot_interruption_warning", "scheduled_change"})

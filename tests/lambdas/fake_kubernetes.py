@@ -1,5 +1,14 @@
-"""A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale, and for
-listing nodes and pods (equality label selectors) and merge-patching a pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
+"""A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale and
+leaderworkersets/scale, and for listing nodes and pods (equality label selectors) and merge-patching a
+pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
+
+A LeaderWorkerSet's scale is the CRD's scale subresource (LWS v0.10.0, the CRD in
+../shared/crds/leaderworkerset.x-k8s.io: ``subresources.scale`` with specReplicasPath
+``.spec.replicas``, statusReplicasPath ``.status.replicas``, labelSelectorPath
+``.status.hpaPodSelector``; ``spec.replicas`` minimum 0, maximum 1000000): an ``autoscaling/v1``
+Scale whose replicas are the number of groups, conditional on ``metadata.resourceVersion`` like a
+Deployment's (409), and a count outside the schema's bounds is refused (422) as the API server's
+validation of the resulting object refuses it.
 
 It authenticates like EKS would (a ``k8s-aws-v1.`` token whose presigned STS URL is correctly signed
 for this cluster, else 401), keeps each Deployment's replicas and resourceVersion, honours the
@@ -23,6 +32,8 @@ from tests.lambdas.sigv4 import BadSignature, verify_presigned_url
 from tests.local_https import LocalHttpsServer, Seen, read_request, send
 
 SCALE_PATH = "/apis/apps/v1/namespaces/{ns}/deployments/{name}/scale"
+LWS_SCALE_PATH = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/{name}/scale"
+LWS_MAX_REPLICAS = 1_000_000  # the CRD's spec.replicas maximum
 
 
 @dataclass
@@ -41,6 +52,8 @@ class FakeKubernetes:
     certfile: str
     keyfile: str
     deployments: dict[tuple[str, str], Deployment] = field(default_factory=dict)
+    # (namespace, name) -> a LeaderWorkerSet's replicas (groups) and resourceVersion
+    leaderworkersets: dict[tuple[str, str], Deployment] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> Node
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (namespace, name) -> Pod
     requests: list[Seen] = field(default_factory=list)
@@ -112,12 +125,13 @@ class FakeKubernetes:
         if url.path == "/api/v1/nodes" or url.path.startswith("/api/v1/namespaces/"):
             self._core(h, seen, url.path, parse_qs(url.query))
             return
-        key = _deployment_key(url.path)
-        if key is None or key not in self.deployments:
+        resource, key = _scalable_key(url.path)
+        store = self.leaderworkersets if resource == "leaderworkersets" else self.deployments
+        if key is None or key not in store:
             self._send(h, seen, 404, _status(404, f"{h.path} not found"))
             return
         with self._lock:
-            deployment = self.deployments[key]
+            deployment = store[key]
             if h.command == "PATCH":
                 if seen.headers.get("content-type") != "application/merge-patch+json":
                     self._send(h, seen, 415, _status(415, "unsupported media type"))
@@ -127,13 +141,16 @@ class FakeKubernetes:
                     self._send(h, seen, 409, _status(409, "the object has been modified"))
                     return
                 replicas = body["spec"]["replicas"]
+                if resource == "leaderworkersets" and not 0 <= replicas <= LWS_MAX_REPLICAS:
+                    self._send(h, seen, 422, _status(422, f"spec.replicas: Invalid value: {replicas}"))
+                    return
                 if replicas != deployment.replicas:
                     deployment.replicas = replicas
                     deployment.resource_version += 1
             elif h.command != "GET":
                 self._send(h, seen, 405, _status(405, "method not allowed"))
                 return
-            payload = _scale(key, deployment)
+            payload = _scale(key, deployment, resource)
         self._send(h, seen, 200, json.dumps(payload).encode())
 
     def _core(self, h: BaseHTTPRequestHandler, seen: Seen, path: str, query: dict[str, list[str]]) -> None:
@@ -199,22 +216,29 @@ def _matches(obj: dict[str, Any], query: dict[str, list[str]]) -> bool:
     return True
 
 
-def _deployment_key(path: str) -> tuple[str, str] | None:
+def _scalable_key(path: str) -> tuple[str, tuple[str, str] | None]:
     parts = path.split("/")
     # ['', 'apis', 'apps', 'v1', 'namespaces', ns, 'deployments', name, 'scale']
-    if len(parts) == 9 and parts[1:5] == ["apis", "apps", "v1", "namespaces"] and parts[6] == "deployments" and parts[8] == "scale":
-        return parts[5], parts[7]
-    return None
+    # ['', 'apis', 'leaderworkerset.x-k8s.io', 'v1', 'namespaces', ns, 'leaderworkersets', name, 'scale']
+    if len(parts) == 9 and parts[4] == "namespaces" and parts[8] == "scale":
+        for group, resource in (("apps", "deployments"), ("leaderworkerset.x-k8s.io", "leaderworkersets")):
+            if parts[1:4] == ["apis", group, "v1"] and parts[6] == resource:
+                return resource, (parts[5], parts[7])
+    return "", None
 
 
-def _scale(key: tuple[str, str], deployment: Deployment) -> dict[str, Any]:
+def _scale(key: tuple[str, str], deployment: Deployment, resource: str = "deployments") -> dict[str, Any]:
+    # autoscaling/v1 ScaleSpec.replicas is omitempty: 0 is left out, for a CRD's scale as for a Deployment's.
     spec = {"replicas": deployment.replicas} if deployment.replicas else {}
+    # A LeaderWorkerSet's selector is its status.hpaPodSelector (the leaders: worker-index 0).
+    selector = (f"leaderworkerset.sigs.k8s.io/name={key[1]},leaderworkerset.sigs.k8s.io/worker-index=0"
+                if resource == "leaderworkersets" else f"app={key[1]}")
     return {
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
         "metadata": {"name": key[1], "namespace": key[0], "resourceVersion": str(deployment.resource_version)},
         "spec": spec,
-        "status": {"replicas": deployment.replicas, "selector": f"app={key[1]}"},
+        "status": {"replicas": deployment.replicas, "selector": selector},
     }
 
 
