@@ -213,13 +213,17 @@ def generation_items(config: GenNStackConfig, generation: str, table: PriceTable
 
 def multi_node_items(config: GenNStackConfig, table: PriceTable) -> list[LineItem]:
     """serving.multi_node's groups: every member is a whole node of its instance type, all the time
-    (replicas is a fixed count), plus each node's root volume."""
+    (replicas is a fixed count), plus each node's root volume. Warm-spare groups
+    (``warm_spare_replicas``) are shaped like a serving group and hold their nodes too, so they
+    count like groups, as single-node spares count like replicas."""
     section = config.serving.multi_node
-    nodes = section.replicas * section.nodes_per_replica
+    groups = section.replicas + section.warm_spare_replicas
+    nodes = groups * section.nodes_per_replica
     spot, od = table.price(section.instance_type, "spot"), table.on_demand_price(section.instance_type)
     volume, volume_prices = gp3_month(table, *ROOT_VOLUMES[section.generation])
+    spares = f" + {section.warm_spare_replicas} warm spare group(s)" if section.warm_spare_replicas else ""
     return [
-        LineItem(f"{nodes} x {section.instance_type} ({section.replicas} group(s) of {section.nodes_per_replica}: "
+        LineItem(f"{nodes} x {section.instance_type} ({section.replicas} group(s){spares} of {section.nodes_per_replica}: "
                  f"{section.served_model_name}, TP {section.tensor_parallel_size} x PP {section.pipeline_parallel_size})",
                  nodes, nodes * spot.usd, nodes * od.usd, (spot, od), "a group is one replica"),
         LineItem(f"{nodes} x root volume (gp3 {'/'.join(map(str, ROOT_VOLUMES[section.generation]))} GiB/IOPS/MB/s)",

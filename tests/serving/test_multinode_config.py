@@ -108,6 +108,20 @@ def test_what_it_switches_on_only_when_on() -> None:
     assert "lws-controller-manager" in {line.component for line in deployments(on)}
 
 
+def test_warm_spare_groups_are_priced_like_groups() -> None:
+    """A spare group holds nodes_per_replica nodes as a serving group does (templates/multinode-warm-spare.yaml),
+    so the cost counts it, as it counts single-node spares like replicas."""
+    from gennstack.cost.model import multi_node_items
+    from gennstack.cost.prices import load_table
+
+    table = load_table("us-east-1")
+    config = load_config({"serving": {"multi_node": {"warm_spare_replicas": 1}}}, "examples/multinode-scout.yaml")
+    nodes, volumes = multi_node_items(config, table)
+    assert nodes.quantity == volumes.quantity == 6  # (2 groups + 1 spare group) x 2 nodes
+    assert nodes.on_demand_usd_per_hour == pytest.approx(6 * table.on_demand_price("g6e.12xlarge").usd)
+    assert "2 group(s) + 1 warm spare group(s) of 2" in nodes.name
+
+
 def test_readme_shows_the_capacity_model_and_the_cost_of_the_overlay() -> None:
     """The README's multi-node table holds gennstack.serving.capacity's and gennstack.cost's numbers
     for examples/multinode-scout.yaml."""
