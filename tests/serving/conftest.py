@@ -82,16 +82,15 @@ STAGING_USER = f"system:serviceaccount:{NAMESPACE}:gennstack-staging"
 BUCKETS = {"buckets": {"models": "models", "compileCache": "compile-cache"}}
 
 
-@pytest.fixture
-def kube_api(tmp_path: Path):
-    """A Kubernetes API on 127.0.0.1 holding what the chart installs (every generation, staging on):
-    its Roles and RoleBindings enforced, its staged-marker ConfigMaps empty. ``env`` is what the
-    kubelet gives a staging pod (API address, ServiceAccount token of gennstack-staging, CA);
-    ``kubeconfig`` is helm's (admin)."""
+def serve_kube_api(tmp_path: Path, values: dict[str, Any]):
+    """A Kubernetes API on 127.0.0.1 holding what the chart renders with ``values``: its Roles and
+    RoleBindings enforced, its staged-marker ConfigMaps empty. ``env`` is what the kubelet gives a
+    staging pod (API address, ServiceAccount token of gennstack-staging, CA); ``kubeconfig`` is
+    helm's (admin). A generator: the fixtures below yield from it."""
     from tests.lambdas.lambda_support import make_certificate
     from tests.serving.fake_kube_api import FakeKubeApi, in_cluster_env, install, service_account_dir, write_kubeconfig
 
-    rendered = helm.render(CHART, merged(REQUIRED, STAGING, BUCKETS), namespace=NAMESPACE)
+    rendered = helm.render(CHART, values, namespace=NAMESPACE)
     tls = make_certificate(tmp_path, "kubernetes")
     api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered},
                       tokens={"helm-admin": "admin", STAGING_TOKEN: STAGING_USER})
@@ -101,8 +100,16 @@ def kube_api(tmp_path: Path):
     api.env = in_cluster_env(api, service_account_dir(tmp_path / "pod", token=STAGING_TOKEN, namespace=NAMESPACE,
                                                       ca_file=tls.certfile))
     api.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=url, ca_b64=tls.ca_b64, namespace=NAMESPACE)
-    yield api
-    api.stop()
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def kube_api(tmp_path: Path):
+    """serve_kube_api with every generation and staging on."""
+    yield from serve_kube_api(tmp_path, merged(REQUIRED, STAGING, BUCKETS))
 
 
 # A local S3 (moto in server mode) and a fake EKS Pod Identity agent, one of each per test module.

@@ -23,7 +23,7 @@ from gennstack.serving.values import MULTI_NODE_STAGED_MARKER, STAGED_MARKERS, s
 from tests import helm
 from tests.k8s_schema import validate
 from tests.serving.aws_fakes import pod_env
-from tests.serving.conftest import BUCKETS, CHART, NAMESPACE, REQUIRED, STAGING, STAGING_TOKEN, STAGING_USER, merged
+from tests.serving.conftest import BUCKETS, CHART, NAMESPACE, REQUIRED, STAGING, merged, serve_kube_api
 from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, run, workload
 from tests.serving.fake_hub import FakeHub
 from tests.serving.test_staged_gate import ROLE, containers, render_live
@@ -110,21 +110,7 @@ def test_the_typed_values_default_the_gate_to_auto_and_accept_a_forced_one() -> 
 @pytest.fixture
 def kube_api_multi(tmp_path: Path):
     """tests/serving/conftest.py's kube_api, with the multi-node model on (its marker and Role installed)."""
-    from tests.lambdas.lambda_support import make_certificate
-    from tests.serving.fake_kube_api import FakeKubeApi, in_cluster_env, install, service_account_dir, write_kubeconfig
-
-    rendered = helm.render(CHART, VALUES, namespace=NAMESPACE)
-    tls = make_certificate(tmp_path, "kubernetes")
-    api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered},
-                      tokens={"helm-admin": "admin", STAGING_TOKEN: STAGING_USER})
-    install(api, rendered, NAMESPACE)
-    url = api.start()
-    api.rendered = rendered
-    api.env = in_cluster_env(api, service_account_dir(tmp_path / "pod", token=STAGING_TOKEN, namespace=NAMESPACE,
-                                                      ca_file=tls.certfile))
-    api.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=url, ca_b64=tls.ca_b64, namespace=NAMESPACE)
-    yield api
-    api.stop()
+    yield from serve_kube_api(tmp_path, VALUES)
 
 
 @pytest.fixture
