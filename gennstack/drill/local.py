@@ -181,6 +181,7 @@ class RunResult:
     doomed_new_requests_after_out_of_rotation: int | None
     doomed_streams_started: int
     doomed_streams_completed: int
+    survivors_streams_completed: int
     label_to_out_of_rotation_s: float | None
     markers: list[dict[str, Any]] = field(default_factory=list)
 
@@ -234,6 +235,7 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
                         try:
                             drained = _drive(settings, drain=drain, gw=gw, doomed=doomed, doomed_pod=pods[0], bench=bench, log=log)
                             code = bench.wait(timeout=settings.duration_s + 120)
+                            survivors_completed = sum(r.stats()["completed_streams"] for r in replicas[1:])
                         finally:
                             if bench.poll() is None:
                                 bench.kill()
@@ -260,6 +262,7 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
         doomed_new_requests_after_out_of_rotation=None if at_out is None else gone["chat_requests"] - at_out,
         doomed_streams_started=gone["chat_requests"],
         doomed_streams_completed=gone["completed_streams"],
+        survivors_streams_completed=survivors_completed,
         label_to_out_of_rotation_s=drained["label_to_out_of_rotation_s"],
         markers=list(timeline["markers"]),
     )

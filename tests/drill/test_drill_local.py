@@ -106,10 +106,12 @@ def test_the_table_has_one_row_per_run() -> None:
     runs = [RunResult(drain=True, requests_lost=0, broken_streams=0, failures_by_class={}, baseline_tok_s=1550.0,
                       seconds_below_50pct=0, time_to_recover_95_s=0.0, doomed_new_requests_after_warning=18,
                       doomed_new_requests_after_out_of_rotation=0, doomed_streams_started=177, doomed_streams_completed=177,
+                      survivors_streams_completed=180,
                       label_to_out_of_rotation_s=1.003),
             RunResult(drain=False, requests_lost=8, broken_streams=8, failures_by_class={"broken_stream": 8}, baseline_tok_s=1550.0,
                       seconds_below_50pct=0, time_to_recover_95_s=1.0, doomed_new_requests_after_warning=177,
                       doomed_new_requests_after_out_of_rotation=None, doomed_streams_started=333, doomed_streams_completed=325,
+                      survivors_streams_completed=340,
                       label_to_out_of_rotation_s=None)]
     table = comparison_markdown(LocalDrillSettings(), runs)
     assert "| on | 0 | 0 | 18 | 0 | 177 of 177 | 1.003 s | 0 | 0 s |" in table

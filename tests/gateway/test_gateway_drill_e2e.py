@@ -14,8 +14,14 @@ the truth: with drain on, the gateway drops the doomed replica within the TTL pl
 gone, it gets no new request afterwards, every stream it held completes, nothing is lost and goodput never
 halves; with drain off, it keeps taking about half of the new requests until it is gone, exactly the streams
 it had in flight then break (within a second and a half of "gone"), nothing else is lost (Envoy retries
-refused connections on the survivor), and goodput is back at 95 % before the run ends. How fast goodput
-recovers is the machine's business (a busy machine makes 1 s buckets noisy), not asserted here.
+refused connections on the survivor), and the survivor completes every request after that.
+
+Not asserted: whether, or how fast, goodput gets back to 95 % of its two-replica baseline. After "gone" one
+process serves what two did, and on a busy machine its 16 streams of 0.51 s each end later than the two
+replicas' did, so the 95 % rule may never be met by a drill that did everything right (CI's stress-ng phase
+saw exactly that, with nothing lost). The drill reports the number (``time_to_recover_95_s``, "not
+recovered" when it is None) and the README's table records one measured run; here the run's behaviour is
+checked by counts the programs reported.
 """
 
 from __future__ import annotations
@@ -67,6 +73,21 @@ def _assert_the_replica_kept_its_schedule(drill: dict, drain: bool, marks: dict[
     return gone
 
 
+def _assert_the_survivor_served_the_rest(drill: dict, drain: bool, marks: dict[str, float]) -> None:
+    """After the doomed replica was gone the survivor carried the load: the bench completed requests after
+    "gone" and nothing failed later than the broken streams' bucket, and every stream the servers say they
+    completed, the bench counted as completed (warm-up included), but for those the end of its window cut
+    on the bench's side after the server had sent their last chunk."""
+    run = _run(drill, drain)
+    level = json.loads((drill["folder"] / ("drain-on" if drain else "drain-off") / "bench" / "result.json").read_text())["levels"][0]
+    buckets, requests = level["timeline"]["buckets"], level["requests"]
+    assert sum(b["completed"] for b in buckets if b["t_s"] > marks["replica_gone"]) > 0, buckets
+    assert not [b for b in buckets if b["errors"] and b["t_s"] > marks["replica_gone"] + 1.5], buckets
+    servers = run["doomed_streams_completed"] + run["survivors_streams_completed"]
+    counted = requests["completed"] + requests["warmup"]
+    assert 0 <= servers - counted <= requests["incomplete"], (run, requests)
+
+
 def test_the_command_ran_the_documented_schedule(drill) -> None:
     assert drill["settings"] == json.loads(json.dumps(asdict(LocalDrillSettings())))
     assert [r["drain"] for r in drill["runs"]] == [True, False]
@@ -90,7 +111,7 @@ def test_drain_on_nothing_is_lost_and_the_doomed_replica_takes_no_new_request(dr
     assert gone["streams_in_flight"] == 0  # it held nothing when it went
     assert (run["requests_lost"], run["broken_streams"]) == (0, 0), run["failures_by_class"]
     assert run["seconds_below_50pct"] == 0
-    assert run["time_to_recover_95_s"] is not None
+    _assert_the_survivor_served_the_rest(drill, True, marks)
 
 
 def test_drain_off_new_requests_reach_the_doomed_replica_until_it_is_gone_and_break(drill) -> None:
@@ -114,7 +135,7 @@ def test_drain_off_new_requests_reach_the_doomed_replica_until_it_is_gone_and_br
     assert run["requests_lost"] == run["broken_streams"], run["failures_by_class"]
     broken_at = [b["t_s"] for b in buckets if b["broken"]]
     assert broken_at and all(int(marks["replica_gone"]) <= t <= marks["replica_gone"] + 1.5 for t in broken_at), broken_at
-    assert run["time_to_recover_95_s"] is not None
+    _assert_the_survivor_served_the_rest(drill, False, marks)
 
 
 def test_the_report_is_one_table_row_per_run(drill) -> None:
