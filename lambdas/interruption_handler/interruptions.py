@@ -388,26 +388,38 @@ def active_by_generation(records: Iterable[dict[str, Any]], *, now: float, setti
 # --- scaling ----------------------------------------------------------------------------------
 
 
-def converge(kube: KubeClient, table: Any, spare: WarmSpare, *, settings: Settings, clock: Clock) -> ScaleOutcome:
-    """Set ``spare``'s Deployment to ``min(cap, baseline + active)``; redo on 409 (see module doc)."""
+def _converge_scale(kube: KubeClient, namespace: str, name: str, resource: str,
+                    desired_for: Callable[[], tuple[int, int]]) -> ScaleOutcome:
+    """Read the scale of ``resource``/``name``, patch it to ``desired_for()``'s count at that read's
+    resourceVersion, and redo both on 409 (see module doc), ``CONFLICT_ATTEMPTS`` times at most.
+    ``desired_for`` returns ``(desired, counted)``: the replicas and the interruptions or doomed groups
+    they were computed from, read again on each attempt."""
     conflict: HandlerError | None = None
     for _ in range(CONFLICT_ATTEMPTS):
-        current = kube.get_scale(spare.namespace, spare.deployment)
-        active = active_by_generation(load_records(table), now=clock(), settings=settings)[spare.generation]
-        desired = spare.desired_replicas(active)
+        current = kube.get_scale(namespace, name, resource)
+        desired, counted = desired_for()
         if current.replicas == desired:
-            return ScaleOutcome(current.replicas, desired, active, changed=False)
+            return ScaleOutcome(current.replicas, desired, counted, changed=False)
         try:
-            kube.patch_scale(spare.namespace, spare.deployment, desired, current.resource_version)
+            kube.patch_scale(namespace, name, desired, current.resource_version, resource)
         except HandlerError as error:
             if error.reason is not Reason.KUBE_CONFLICT:
                 raise
             conflict = error
             continue
-        return ScaleOutcome(current.replicas, desired, active, changed=True)
+        return ScaleOutcome(current.replicas, desired, counted, changed=True)
     assert conflict is not None
     conflict.context["attempts"] = CONFLICT_ATTEMPTS
     raise conflict
+
+
+def converge(kube: KubeClient, table: Any, spare: WarmSpare, *, settings: Settings, clock: Clock) -> ScaleOutcome:
+    """Set ``spare``'s Deployment to ``min(cap, baseline + active)``; redo on 409 (see module doc)."""
+    def desired_for() -> tuple[int, int]:
+        active = active_by_generation(load_records(table), now=clock(), settings=settings)[spare.generation]
+        return spare.desired_replicas(active), active
+
+    return _converge_scale(kube, spare.namespace, spare.deployment, "deployments", desired_for)
 
 
 def note_groups(kube: KubeClient, table: Any, *, pool: str, spare: WarmSpare, settings: Settings, instance_ids: set[str]) -> None:
@@ -443,24 +455,11 @@ def doomed_groups_by_generation(records: Iterable[dict[str, Any]], *, now: float
 def converge_groups(kube: KubeClient, table: Any, generation: str, groups: GroupSpare, *, settings: Settings,
                     clock: Clock) -> ScaleOutcome:
     """Set the warm-spare LeaderWorkerSet to ``min(cap, baseline + doomed groups)`` groups; redo on 409."""
-    conflict: HandlerError | None = None
-    for _ in range(CONFLICT_ATTEMPTS):
-        current = kube.get_scale(groups.namespace, groups.leaderworkerset, "leaderworkersets")
+    def desired_for() -> tuple[int, int]:
         doomed = len(doomed_groups_by_generation(load_records(table), now=clock(), settings=settings).get(generation, ()))
-        desired = groups.desired_replicas(doomed)
-        if current.replicas == desired:
-            return ScaleOutcome(current.replicas, desired, doomed, changed=False)
-        try:
-            kube.patch_scale(groups.namespace, groups.leaderworkerset, desired, current.resource_version, "leaderworkersets")
-        except HandlerError as error:
-            if error.reason is not Reason.KUBE_CONFLICT:
-                raise
-            conflict = error
-            continue
-        return ScaleOutcome(current.replicas, desired, doomed, changed=True)
-    assert conflict is not None
-    conflict.context["attempts"] = CONFLICT_ATTEMPTS
-    raise conflict
+        return groups.desired_replicas(doomed), doomed
+
+    return _converge_scale(kube, groups.namespace, groups.leaderworkerset, "leaderworkersets", desired_for)
 
 
 # --- state changes and reconcile --------------------------------------------------------------
