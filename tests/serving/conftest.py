@@ -125,3 +125,11 @@ def agent(moto):
     fake = PodIdentityAgent(moto.credentials)
     yield fake
     fake.stop()
+
+
+@pytest.fixture(scope="module")
+def hf_secret(moto) -> str:
+    """The Hugging Face token secret STAGING names, in the module's moto (what the stage Job reads)."""
+    name = STAGING["staging"]["hfTokenSecret"]
+    moto.client("secretsmanager").create_secret(Name=name, SecretString='{"token": "hf_test"}')
+    return name

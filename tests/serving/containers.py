@@ -17,6 +17,19 @@ from tests.serving.conftest import CHART
 
 FILES = CHART / "files"
 
+# The end of a fake `vllm` script (python -c): serve vLLM's /health (200; 404 for any other path) on
+# the ``port`` the script has read from its flags, until the process is stopped.
+SERVE_HEALTH = '''\
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+'''
+
 
 def chart_env(container: dict, root: Path) -> dict[str, str]:
     """The container's literal env, with its volume paths moved under ``root``."""

@@ -233,13 +233,6 @@ def hub():
     fake.stop()
 
 
-@pytest.fixture(scope="module")
-def hf_secret(moto) -> str:
-    name = STAGING["staging"]["hfTokenSecret"]
-    moto.client("secretsmanager").create_secret(Name=name, SecretString='{"token": "hf_test"}')
-    return name
-
-
 def stage_run(kube: FakeKubeApi, moto, agent, hub, root: Path, *, prefix: str, token: str = SA_TOKEN,
               namespace: str = NAMESPACE, **overrides: str):
     """Run the gen1-inf2 stage Job's container as the kubelet would start it, in ``root``."""

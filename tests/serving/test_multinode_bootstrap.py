@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving.aws_fakes import free_port
 from tests.serving.conftest import CHART
+from tests.serving.containers import SERVE_HEALTH
 
 pytestmark = pytest.mark.slow
 
@@ -79,28 +81,12 @@ os.replace(path + ".tmp", path)
 if nodes != pp:
     sys.exit(f"fake vllm: {nodes} Ray nodes for pipeline parallel size {pp}")
 port = int(flags["--port"])
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
+''' + SERVE_HEALTH
 
 VLLM_ARGS = ["--model", "s3://models/meta-llama/Llama-4-Scout-17B-16E-Instruct/main/", "--load-format", "runai_streamer",
              "--served-model-name", "llama-4-scout", "--max-model-len", "32768", "--max-num-seqs", "16",
              "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
              "--gpu-memory-utilization", "0.9", "--shutdown-timeout", "75"]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -22,7 +21,9 @@ from typing import Any
 import pytest
 
 from tests.lambdas.lambda_support import make_certificate
+from tests.serving.aws_fakes import free_port
 from tests.serving.conftest import CHART, load_script
+from tests.serving.containers import SERVE_HEALTH
 
 FILES = CHART / "files"
 
@@ -42,24 +43,10 @@ if os.environ.get("FAKE_VLLM_EXIT"):
     child.kill()
     sys.exit(int(os.environ["FAKE_VLLM_EXIT"]))
 port = int(sys.argv[sys.argv.index("--port") + 1])
-class Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
-'''
+''' + SERVE_HEALTH
 
 
 load = load_script
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

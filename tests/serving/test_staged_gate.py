@@ -328,13 +328,6 @@ def hub():
     fake.stop()
 
 
-@pytest.fixture(scope="module")
-def hf_secret(moto) -> str:
-    name = STAGING["staging"]["hfTokenSecret"]
-    moto.client("secretsmanager").create_secret(Name=name, SecretString='{"token": "hf_test"}')
-    return name
-
-
 def live_compile_jobs(api) -> None:
     """The compile Jobs as helm created them (suspended), so the inf2 stage Job can release its own."""
     for obj in api.rendered:
