@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from gennstack.config_base import frozen
 from gennstack.gateway.config import FALLBACK_STATUS, GatewayConfig, routing_table
 from gennstack.gateway.values import fallback_statuses, gateway_chart_values
+from gennstack.serving.support import SUPPORT
 from tests.gateway.test_gateway_chart import _by_kind, _policies, _validate_all, render
 
 FALLBACK = {"fallbacks": {"gpt-oss-20b": ["llama-4-maverick"]},
@@ -24,12 +25,16 @@ def test_backend_statuses_are_vllms() -> None:
     """vLLM answers a prompt longer than the model's context with HTTP 400 at both versions GenNStack
     runs: v0.29.0 (the g6e image) raises ``VLLMValidationError`` ("This model's maximum context length
     is ...", vllm/renderers/params.py) and vllm/entrypoints/serve/exception_handling/error_response.py
-    maps it to ``HTTPStatus.BAD_REQUEST``; v0.16.0 (the Neuron DLC) raises the same error in
-    vllm/entrypoints/openai/engine/serving.py, whose ``create_error_response`` maps it to 400 too.
-    Every other request error is a 400 as well, and Envoy's retry policy sees only the status, so
-    ``context_length`` retries every upstream 400 of the route that asks for it. 429 is the HTTP
-    status for rate limiting (RFC 6585); vLLM's OpenAI server at these versions never sends it."""
+    maps it to ``HTTPStatus.BAD_REQUEST``; v0.13.0 (the Neuron DLC 2.28.0, read from the vllm-0.13.0
+    wheel on PyPI) raises it as a ``ValueError`` in ``_validate_input``
+    (vllm/entrypoints/openai/serving_engine.py), which serving_chat.py catches and answers with
+    ``create_error_response``, whose status defaults to ``HTTPStatus.BAD_REQUEST``. Every other request
+    error is a 400 as well, and Envoy's retry policy sees only the status, so ``context_length`` retries
+    every upstream 400 of the route that asks for it. 429 is the HTTP status for rate limiting (RFC
+    6585); vllm/entrypoints at neither version sends it. The versions are the images' (a new image
+    fails here until its vLLM is read again)."""
     assert FALLBACK_STATUS == {"rate_limited": 429, "context_length": 400}
+    assert {row.vllm for row in SUPPORT.values()} == {"0.13.0", "0.29.0"}
 
 
 @pytest.mark.parametrize("data, key, allowed", [
