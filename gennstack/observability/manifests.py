@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from gennstack.controller_values import KARPENTER_NAMESPACE
@@ -185,11 +186,18 @@ def neuron_monitor(*, generations: list[str]) -> list[dict[str, Any]]:
     return [daemonset, monitor]
 
 
-def dashboard_config_maps(multi_node_pool: str | None = None) -> list[dict[str, Any]]:
-    """One ConfigMap per dashboard file, labelled for Grafana's dashboard sidecar; with
-    ``multi_node_pool``, its dashboard too (assets/dashboards/multinode/gennstack-<pool>.json)."""
+def dashboard_config_maps(*, generations: Iterable[str] = tuple(POOLS), multi_node_pool: str | None = None) -> list[dict[str, Any]]:
+    """One ConfigMap per dashboard file, labelled for Grafana's dashboard sidecar: the shared ones
+    (gateway, spot, cost), each enabled generation's (``gennstack-<pool>.json``; a disabled one's panels
+    would read series nothing exports) and, with ``multi_node_pool``, its dashboard too
+    (assets/dashboards/multinode/gennstack-<pool>.json)."""
+    enabled = set(generations)
+    unknown = enabled - set(POOLS)
+    if unknown:
+        raise ValueError(f"dashboards for unknown generations {sorted(unknown)}: known are {sorted(POOLS)}")
+    left_out = {f"gennstack-{pool}.json" for generation, pool in POOLS.items() if generation not in enabled}
     maps = []
-    paths = sorted(DASHBOARD_DIR.glob("*.json"))
+    paths = [path for path in sorted(DASHBOARD_DIR.glob("*.json")) if path.name not in left_out]
     if multi_node_pool is not None:
         paths.append(MULTI_NODE_DIR / f"gennstack-{multi_node_pool}.json")
     for path in paths:

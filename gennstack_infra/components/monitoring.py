@@ -112,7 +112,8 @@ class Monitoring(Construct):
         self.rules = cluster.add_manifest("AlertRules", rules.prometheus_rule(
             monitoring, generations=rules.always_serving(config.serving, generations), serving_namespace=serving_namespace,
             multi_node_pool=multi_node_pool))
-        self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps(multi_node_pool))
+        self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps(
+            generations=generations, multi_node_pool=multi_node_pool))
         for manifest in (self.scrape_targets, self.rules, self.dashboards):
             manifest.node.add_dependency(kps)
         self._receivers(cluster, monitoring, region=region, kps=kps, secrets_reader=secrets_reader,

@@ -57,6 +57,18 @@ def test_scrape_targets_rules_and_dashboards_are_applied(synth: Synth) -> None:
     assert sum(kind == "ConfigMap" for kind, _ in kinds) == 6
 
 
+def test_dashboards_of_the_enabled_generations_only(synth: Synth, synth_variant: Synth) -> None:
+    """The variant disables trn2 (VARIANT): no gen2-trn2 dashboard; the shared ones stay."""
+    def dashboards(s: Synth) -> set[str]:
+        (logical_id,) = _manifest_ids(s, "EksClustermanifestDashboards")
+        return {o["metadata"]["name"] for o in json.loads(s.template["Resources"][logical_id]["Properties"]["Manifest"])}
+
+    shared = {"gennstack-cost", "gennstack-gateway", "gennstack-spot"}
+    assert dashboards(synth) == shared | {"gennstack-gen1-inf2", "gennstack-gen2-trn2", "gennstack-gen3-g6e"}
+    assert VARIANT["generations"]["trn2"]["enabled"] is False
+    assert dashboards(synth_variant) == shared | {"gennstack-gen1-inf2", "gennstack-gen3-g6e"}
+
+
 def _associations(synth: Synth) -> dict[tuple[str, str], dict[str, Any]]:
     return {(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): a["Properties"]
             for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()}

@@ -89,6 +89,15 @@ def test_config_maps_carry_every_dashboard_for_the_sidecar() -> None:
         assert len(config_map["data"][path.name].encode()) < 1024 * 1024
 
 
+def test_a_disabled_generation_gets_no_dashboard() -> None:
+    """Only the enabled generations' dashboards, beside the shared ones; a name that is no generation is refused."""
+    names = [m["metadata"]["name"] for m in dashboard_config_maps(generations=["g6e"])]
+    assert names == ["gennstack-cost", "gennstack-gateway", "gennstack-gen3-g6e", "gennstack-spot"]
+    assert [m["metadata"]["name"] for m in dashboard_config_maps(generations=[])] == ["gennstack-cost", "gennstack-gateway", "gennstack-spot"]
+    with pytest.raises(ValueError, match=r"unknown generations \['gen3'\]"):
+        dashboard_config_maps(generations=["gen3"])
+
+
 def test_gen1_model_variable_starts_on_gen1s_model() -> None:
     """The gateway's series carry every generation's models; gen1's dashboard opens on its own."""
     from gennstack.config import load_config

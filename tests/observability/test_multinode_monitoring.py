@@ -170,6 +170,6 @@ def test_the_groups_dashboard_is_the_builders_counts_groups_and_is_applied_only_
         {"record": f"parse:expr_{i}", "expr": e} for i, e in enumerate(exprs)]}])
     assert result.returncode == 0 and f"SUCCESS: {len(exprs)} rules found" in result.stdout, result.stdout + result.stderr
     default = manifests.dashboard_config_maps()
-    on = manifests.dashboard_config_maps(POOL)
+    on = manifests.dashboard_config_maps(multi_node_pool=POOL)
     assert on[:-1] == default and on[-1]["metadata"]["name"] == f"gennstack-{POOL}"
     assert json.loads(on[-1]["data"][f"gennstack-{POOL}.json"])["uid"] == f"gennstack-{POOL}"
