@@ -104,6 +104,26 @@ def test_leader_starts_vllm_with_tp_in_a_node_and_pp_across_nodes_over_ray(objec
     assert "VLLM_ARGS" not in {e["name"] for e in worker["env"]} and "startupProbe" not in worker
 
 
+def test_the_pipeline_keeps_vllms_own_nccl_group(objects) -> None:
+    """The image has plain ray, no cupy (assets/images/g6e-vllm-ray/Dockerfile), which is what vLLM 0.29.0
+    needs with its defaults (read from the vllm-0.29.0 wheel on PyPI): vllm/envs.py
+    ``VLLM_USE_RAY_WRAPPED_PP_COMM`` defaults to "1", so vllm/v1/executor/ray_executor.py registers
+    ``RayPPCommunicator`` (vLLM's own pipeline group) as Ray's accelerator context, and
+    ``_check_ray_cgraph_installation`` asks for cupy only when ``VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE``
+    is "nccl" (default "auto"). Ray 2.60.0 propagates the registered context to every actor
+    (ray/experimental/channel/torch_tensor_accelerator_channel.py ``_init_communicator``), so its cupy
+    ``_NcclGroup`` is never imported. No container of a group sets either variable."""
+    for name in ("gen3-g6e-multinode", "gen3-g6e-multinode-warm-spare"):
+        lws = objects.get(("LeaderWorkerSet", name))
+        if lws is None:
+            continue
+        template = lws["spec"]["leaderWorkerTemplate"]
+        pods = [template["workerTemplate"]] + ([template["leaderTemplate"]] if "leaderTemplate" in template else [])
+        env = {e["name"] for pod in pods for c in pod["spec"]["containers"] for e in c.get("env", [])}
+        assert not env & {"VLLM_USE_RAY_WRAPPED_PP_COMM", "VLLM_USE_RAY_COMPILED_DAG_CHANNEL_TYPE"}, name
+    assert ("LeaderWorkerSet", "gen3-g6e-multinode") in objects
+
+
 def test_service_routes_to_routable_leaders_only_and_the_budget_covers_the_groups(objects) -> None:
     service = objects[("Service", "gen3-g6e-multinode-serve")]["spec"]
     assert service["clusterIP"] == "None"

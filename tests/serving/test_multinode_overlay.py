@@ -85,7 +85,7 @@ def test_the_groups_run_the_vllm_image_plus_ray_built_at_deploy(scout: Synth) ->
     assert re.findall(r"^FROM (\S+)$", dockerfile, flags=re.MULTILINE) == [values["images"]["vllm"]] == [SUPPORT["g6e"].image]
     assert "pip list --format=freeze --exclude-editable > /tmp/vllm-constraints.txt" in dockerfile
     assert "&& python3 -m pip check" in dockerfile
-    (pinned,) = re.findall(r'-c /tmp/vllm-constraints.txt "ray\[cgraph\]==(\d+\.\d+\.\d+)"', dockerfile)
+    (pinned,) = re.findall(r'-c /tmp/vllm-constraints.txt "ray==(\d+\.\d+\.\d+)"', dockerfile)
     # The Ray the bootstrap is tested against (tests/serving/test_multinode_bootstrap.py, requirements-dev.txt).
     dev = (ROOT / "requirements-dev.txt").read_text()
     assert re.findall(r"^ray\[serve\]==(\S+)$", dev, flags=re.MULTILINE) == [pinned]
