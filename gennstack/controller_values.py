@@ -135,6 +135,10 @@ def keda_values() -> dict[str, Any]:
     (operator, metrics API server, admission webhooks) on the system nodes, via the chart's top-level
     ``nodeSelector``/``tolerations``, which each component's own keys default to; its CRDs from the
     chart (``crds.install``). Two operator replicas: one leads, the other takes over if its node goes.
+    No RBAC for custom scale targets (``rbac.enabledCustomScaledRefKinds``): by default the chart
+    grants the operator ``get`` on every resource of every API group (Secrets included) and ``patch``
+    on every ``*/scale`` (``rbac.scaledRefKinds`` ``*``/``*``, templates/manager/clusterrole.yaml),
+    while GenNStack scales only Deployments, whose rules the chart always writes.
     """
     return {
         "nodeSelector": SYSTEM_NODE_SELECTOR,
@@ -142,4 +146,5 @@ def keda_values() -> dict[str, Any]:
         "crds": {"install": True},
         "operator": {"replicaCount": 2},
         "podDisruptionBudget": {"operator": {"maxUnavailable": 1}},
+        "rbac": {"enabledCustomScaledRefKinds": False},
     }

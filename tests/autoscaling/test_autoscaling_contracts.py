@@ -24,10 +24,12 @@ from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, cdk_values, merge
 # and tolerations are each Deployment's default (templates/manager/deployment.yaml,
 # metrics-server/deployment.yaml, webhooks/deployment.yaml: `.Values.<component>.nodeSelector |
 # default .Values.nodeSelector`); podDisruptionBudget.operator renders
-# templates/manager/poddisruptionbudget.yaml.
+# templates/manager/poddisruptionbudget.yaml; rbac.enabledCustomScaledRefKinds (default true) guards
+# the ClusterRole rules templates/manager/clusterrole.yaml writes from rbac.scaledRefKinds.
 KEDA_2_20_2_VALUES = {
     "nodeSelector": dict, "tolerations": list, "crds": {"install": bool},
     "operator": {"replicaCount": int}, "podDisruptionBudget": {"operator": {"maxUnavailable": int}},
+    "rbac": {"enabledCustomScaledRefKinds": bool},
 }
 # vllm/v1/metrics/loggers.py (PrometheusStatLogger): gauge names and their label names, identical in
 # v0.29.0 (images.vllm, g6e) and v0.13.0 (the Neuron 2.28.0 DLC's vLLM, trn2/inf2): labelnames =
@@ -59,6 +61,19 @@ def test_keda_values_use_only_chart_keys_and_run_on_system_nodes() -> None:
     assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
     assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
     assert values["crds"] == {"install": True}
+
+
+def test_keda_gets_no_wildcard_rbac_for_custom_scale_targets(scaled_objects) -> None:
+    """kedacore/charts v2.20.2: values.yaml defaults ``rbac.scaledRefKinds`` to one entry, apiGroup "*"
+    kind "*" ("If left empty, RBAC for `apiGroups: *` and `resources: *, */scale` will be created"), and
+    templates/manager/clusterrole.yaml turns each entry into ``<kind>/scale`` get/list/patch/update/watch
+    plus ``<kind>`` get, only ``if .Values.rbac.enabledCustomScaledRefKinds``; its ``deployments/scale``
+    and ``deployments`` rules come unconditionally. Rendered with these values the operator's ClusterRole
+    had no wildcard rule (measured once with helm 4.2.3 against the chart at tag v2.20.2; the chart is not
+    fetched in tests). Every ScaledObject of the serving chart targets a Deployment, so nothing needs more."""
+    assert keda_values()["rbac"] == {"enabledCustomScaledRefKinds": False}
+    assert {o["spec"]["scaleTargetRef"]["kind"] for o in scaled_objects.values()} == {"Deployment"}
+    assert {o["spec"]["scaleTargetRef"]["apiVersion"] for o in scaled_objects.values()} == {"apps/v1"}
 
 
 @pytest.fixture(scope="module")
