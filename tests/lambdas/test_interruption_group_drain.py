@@ -47,6 +47,11 @@ def add_group(kubernetes: FakeKubernetes, index: int, nodes: list[str]) -> None:
 @pytest.fixture
 def fleet(launch: Launch, kubernetes: FakeKubernetes) -> dict[str, str]:
     """Two groups of two g6e.12xlarge (0 on nodes a, b; 1 on c, d) and a gen3-g6e server on e."""
+    return launch_fleet(launch, kubernetes)
+
+
+def launch_fleet(launch: Launch, kubernetes: FakeKubernetes) -> dict[str, str]:
+    """The instances and pods of ``fleet``: node letter -> instance id."""
     instances = {}
     for node in "abcde":
         instances[node] = launch("gen3-g6e-spot", instance_type="g6e.12xlarge")

@@ -27,7 +27,7 @@ from lambdas.interruption_handler.settings import ConfigError, GroupSpare, Setti
 from tests.lambdas.fake_kubernetes import LWS_SCALE_PATH, Deployment, FakeKubernetes
 from tests.lambdas.lambda_support import NAMESPACE, WARM_SPARES, LambdaContext, load_event
 from tests.k8s_schema import crd_dir
-from tests.lambdas.test_interruption_group_drain import GROUPS, SELECTOR, add_group, metric
+from tests.lambdas.test_interruption_group_drain import GROUPS, SELECTOR, launch_fleet, metric
 
 SPARES_NAMESPACE = "gennstack-serving-group-spares"
 SPARE = "gen3-g6e-multinode-warm-spare"
@@ -46,15 +46,7 @@ def spares_env(monkeypatch: pytest.MonkeyPatch, *, baseline: int = 0, cap: int =
 def fleet(launch: Any, kubernetes: FakeKubernetes) -> dict[str, str]:
     """Two serving groups of two g6e.12xlarge (0 on a, b; 1 on c, d), a gen3-g6e server on e, the
     warm-spare LeaderWorkerSet at 0 groups."""
-    instances = {}
-    for node in "abcde":
-        instances[node] = launch("gen3-g6e-spot", instance_type="g6e.12xlarge")
-        kubernetes.add_node(f"ip-{node}.ec2.internal", pool="gen3-g6e-spot", instance_id=instances[node])
-    add_group(kubernetes, 0, ["ip-a.ec2.internal", "ip-b.ec2.internal"])
-    add_group(kubernetes, 1, ["ip-c.ec2.internal", "ip-d.ec2.internal"])
-    kubernetes.add_pod(NAMESPACE, "gen3-g6e-x", node="ip-e.ec2.internal",
-                       labels={"app.kubernetes.io/name": "gen3-g6e", "app.kubernetes.io/component": "server",
-                               "gennstack.io/routable": "true"})
+    instances = launch_fleet(launch, kubernetes)
     kubernetes.leaderworkersets[(SPARES_NAMESPACE, SPARE)] = Deployment(replicas=0)
     return instances
 
