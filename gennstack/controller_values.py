@@ -80,8 +80,9 @@ _NVIDIA_AFFINITY = {
 }
 
 
-def operator_values() -> dict[str, dict[str, Any]]:
-    """Helm values of each operator chart, by chart name. Tests check them; the construct applies them."""
+def operator_values(*, serving_namespace: str) -> dict[str, dict[str, Any]]:
+    """Helm values of each operator chart, by chart name. Tests check them; the construct applies them.
+    ``serving_namespace``: where gen1's RayService lives, the one namespace KubeRay watches."""
     system = {"nodeSelector": SYSTEM_NODE_SELECTOR, "tolerations": SYSTEM_TOLERATIONS}
     return {
         # Device plugin (DaemonSet on Neuron instance types, tolerating the Neuron taint by
@@ -106,7 +107,7 @@ def operator_values() -> dict[str, dict[str, Any]]:
             "affinity": _NVIDIA_AFFINITY,
             "tolerations": [{"key": NVIDIA_GPU, "operator": "Exists", "effect": "NoSchedule"}],
         },
-        versions.KUBERAY_OPERATOR.name: {**system, "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}}},
+        versions.KUBERAY_OPERATOR.name: kuberay_values(serving_namespace),
         versions.METRICS_SERVER.name: {
             **system,
             "replicas": 2,
@@ -114,6 +115,28 @@ def operator_values() -> dict[str, dict[str, Any]]:
         },
         versions.KEDA.name: keda_values(),
     }
+
+
+def kuberay_values(serving_namespace: str) -> dict[str, Any]:
+    """The KubeRay operator's chart values (ray-project/kuberay v1.7.0 helm-chart/kuberay-operator/
+    values.yaml): on the system nodes, and watching only ``serving_namespace``. ``singleNamespaceInstall``
+    makes the chart write Roles instead of its ClusterRole, which would let the operator create, read and
+    delete Secrets, Pods and Services in every namespace: a Role with those rules in each ``watchNamespace``
+    (templates/multiple_namespaces_role.yaml, with ``crNamespacedRbacEnable``, true by default) and
+    ``--watch-namespace`` on the operator (templates/deployment.yaml). That namespace must exist before the
+    chart installs (its Role goes there): gennstack_infra/components/operators.py creates it first."""
+    return {
+        "nodeSelector": SYSTEM_NODE_SELECTOR,
+        "tolerations": SYSTEM_TOLERATIONS,
+        "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
+        "singleNamespaceInstall": True,
+        "watchNamespace": [serving_namespace],
+    }
+
+
+def serving_namespace_manifest(name: str) -> dict[str, Any]:
+    """The serving namespace, created before the KubeRay chart writes its Role into it."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
 def lws_values() -> dict[str, Any]:

@@ -227,7 +227,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
     sel, tol = SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
     karpenter = karpenter_values(cluster_name="c", queue_name="q", region="us-east-1")
     lbc = load_balancer_controller_values(cluster_name="c", region="us-east-1", vpc_id="vpc-0")
-    ops = operator_values()
+    ops = operator_values(serving_namespace=config.serving.namespace)
     eg = gw.envoy_gateway_values(config.gateway, system_node_selector=sel, system_tolerations=tol)
     ai = gw.ai_gateway_values(system_node_selector=sel, system_tolerations=tol)
     table = routing_table(config.gateway, set(config.generations.enabled()))

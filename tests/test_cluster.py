@@ -276,6 +276,38 @@ def test_karpenter_crds_install_before_controller_and_node_pools(synth: Synth) -
     assert node_pools and all(depends_on(synth.template, k, crd_chart) for k in node_pools)
 
 
+# ray-project/kuberay v1.7.0, helm-chart/kuberay-operator/values.yaml: the keys kuberay_values() sets
+# (nodeSelector, tolerations and resources of the operator's Deployment; singleNamespaceInstall, default
+# false; watchNamespace, unset by default) and the one it relies on at its default (crNamespacedRbacEnable:
+# true, "effective when rbacEnable and singleNamespaceInstall are both set to true").
+KUBERAY_1_7_0_KEYS = {"nodeSelector", "tolerations", "resources", "singleNamespaceInstall", "watchNamespace"}
+
+
+def test_kuberay_watches_only_the_serving_namespace_which_exists_before_it(synth: Synth) -> None:
+    """KubeRay v1.7.0's chart writes its operator ClusterRole (create/get/list/delete on Secrets, Pods and
+    Services of every namespace) only without singleNamespaceInstall (templates/role.yaml); with it, a Role
+    of the same rules in each watchNamespace (templates/multiple_namespaces_role.yaml) and the operator
+    runs with ``--watch-namespace`` (templates/deployment.yaml). Rendered once with helm 4.2.3 against the
+    chart at tag v1.7.0 (not fetched in tests): no ClusterRole or ClusterRoleBinding for the operator, a
+    Role and RoleBinding in gennstack-serving for its ServiceAccount in kuberay-system, the leader-election
+    Role in kuberay-system. The Role needs its namespace at install: the ServingNamespace manifest comes
+    first, and the serving chart (whose helm install would otherwise create it) after the operator."""
+    values = _values(_charts(synth)["kuberay-operator"])
+    assert set(values) == KUBERAY_1_7_0_KEYS
+    assert values["singleNamespaceInstall"] is True and values["watchNamespace"] == ["gennstack-serving"]
+    resources = synth.template["Resources"]
+    (namespace,) = [k for k in resources if k.startswith("EksClustermanifestServingNamespace")]
+    (manifest,) = json.loads(resources[namespace]["Properties"]["Manifest"])  # CDK adds its prune label
+    assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == ("v1", "Namespace", "gennstack-serving")
+    kuberay = next(k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+                   and r["Properties"]["Release"] == "kuberay-operator")
+    serving = next(k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+                   and r["Properties"]["Release"] == "gennstack-serving")
+    assert depends_on(synth.template, kuberay, namespace)
+    assert depends_on(synth.template, serving, kuberay)
+    assert resources[serving]["Properties"]["Namespace"] == "gennstack-serving"
+
+
 @pytest.mark.parametrize("chart", ["kuberay-operator", "metrics-server", "aws-load-balancer-controller", "keda"])
 def test_controllers_run_on_system_nodes(synth: Synth, chart: str) -> None:
     values = _values(_charts(synth)[chart])
@@ -284,7 +316,7 @@ def test_controllers_run_on_system_nodes(synth: Synth, chart: str) -> None:
 
 
 def test_device_plugins_tolerate_accelerator_taints() -> None:
-    values = operator_values()
+    values = operator_values(serving_namespace="gennstack-serving")
     assert values["nvidia-device-plugin"]["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert "nvidia" in json.dumps(values["nvidia-device-plugin"]["affinity"])
     assert values["neuron-helm-chart"]["devicePlugin"]["tolerations"][0]["key"] == "aws.amazon.com/neuron"

@@ -8,7 +8,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 from gennstack_infra.components.cluster import pinned_chart
 from gennstack import versions
-from gennstack.controller_values import lws_values, operator_values
+from gennstack.controller_values import lws_values, operator_values, serving_namespace_manifest
 
 class Operators(Construct):
     """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA; the LeaderWorkerSet
@@ -21,9 +21,13 @@ class Operators(Construct):
     the system node group shares with it.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, multi_node: bool = False) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, serving_namespace: str,
+                 multi_node: bool = False) -> None:
         super().__init__(scope, construct_id)
-        values = operator_values()
+        values = operator_values(serving_namespace=serving_namespace)
+        # KubeRay watches only the serving namespace and its Role goes there (controller_values.kuberay_values):
+        # the namespace exists before the chart (the serving chart's helm install then finds it).
+        self.serving_namespace = cluster.add_manifest("ServingNamespace", serving_namespace_manifest(serving_namespace))
         namespaces = {
             versions.NEURON.name: "kube-system",
             versions.NVIDIA_DEVICE_PLUGIN.name: "kube-system",
@@ -52,6 +56,7 @@ class Operators(Construct):
                 wait=True,
                 timeout=Duration.minutes(10),
             )
+        self.charts[versions.KUBERAY_OPERATOR.name].node.add_dependency(self.serving_namespace)
         if multi_node:
             # The LeaderWorkerSet controller and its webhooks, only while serving.multi_node is on: its
             # webhook must admit the serving chart's LeaderWorkerSet, so it serves before that arrives.

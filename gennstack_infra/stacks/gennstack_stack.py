@@ -76,7 +76,7 @@ class GenNStack(Stack):
             self, "LoadBalancerController", cluster=self.cluster.cluster, cluster_name=config.cluster_name,
             vpc_id=self.network.vpc.vpc_id,
         )
-        self.operators = Operators(self, "Operators", cluster=self.cluster.cluster,
+        self.operators = Operators(self, "Operators", cluster=self.cluster.cluster, serving_namespace=config.serving.namespace,
                                    multi_node=config.serving.multi_node.enabled)
         self.serving = Serving(self, "Serving", cluster=self.cluster.cluster, config=config, storage=self.model_storage)
         # RayService needs KubeRay's CRDs; pods need the device plugins and the node pools.

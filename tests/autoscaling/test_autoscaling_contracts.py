@@ -57,7 +57,7 @@ def test_keda_chart_is_pinned_to_the_crds_the_tests_use() -> None:
 def test_keda_values_use_only_chart_keys_and_run_on_system_nodes() -> None:
     values = keda_values()
     assert _shape(values, KEDA_2_20_2_VALUES), values
-    assert operator_values()["keda"] == values
+    assert operator_values(serving_namespace="gennstack-serving")["keda"] == values
     assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
     assert {"key": "CriticalAddonsOnly", "operator": "Exists", "effect": "NoSchedule"} in values["tolerations"]
     assert values["crds"] == {"install": True}

@@ -180,7 +180,7 @@ def test_the_neuron_chart_installs_the_device_plugin_only() -> None:
     a namespace no template of the chart creates (templates/: device-plugin-*, npd-*, scheduler-*, no
     Namespace), which AWS's guides create by hand first (`kubectl create ns neuron-healthcheck-system`).
     GenNStack installs into kube-system with `wait`, so the node problem detector is turned off."""
-    values = operator_values()["neuron-helm-chart"]
+    values = operator_values(serving_namespace="gennstack-serving")["neuron-helm-chart"]
     assert values["npd"] == {"enabled": False}
     assert values["devicePlugin"]["enabled"] is True
 
