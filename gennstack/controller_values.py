@@ -161,7 +161,12 @@ def keda_values() -> dict[str, Any]:
     No RBAC for custom scale targets (``rbac.enabledCustomScaledRefKinds``): by default the chart
     grants the operator ``get`` on every resource of every API group (Secrets included) and ``patch``
     on every ``*/scale`` (``rbac.scaledRefKinds`` ``*``/``*``, templates/manager/clusterrole.yaml),
-    while GenNStack scales only Deployments, whose rules the chart always writes.
+    while GenNStack scales only Deployments, whose rules the chart always writes. Secrets only in its
+    own namespace (``permissions.<operator|metricServer>.restrict.secret``): by default the operator's
+    ClusterRole lists and watches every Secret in the cluster, for TriggerAuthentications, which
+    GenNStack's ScaledObjects do not use (their Prometheus needs no credentials); restricted, both
+    processes get ``KEDA_RESTRICT_SECRET_ACCESS`` and the list/watch moves into a Role in KEDA's
+    namespace, beside its certificates (templates/manager/clusterrole.yaml, minimal-rbac.yaml).
     """
     return {
         "nodeSelector": SYSTEM_NODE_SELECTOR,
@@ -170,4 +175,5 @@ def keda_values() -> dict[str, Any]:
         "operator": {"replicaCount": 2},
         "podDisruptionBudget": {"operator": {"maxUnavailable": 1}},
         "rbac": {"enabledCustomScaledRefKinds": False},
+        "permissions": {"operator": {"restrict": {"secret": True}}, "metricServer": {"restrict": {"secret": True}}},
     }

@@ -25,11 +25,16 @@ from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, cdk_values, merge
 # metrics-server/deployment.yaml, webhooks/deployment.yaml: `.Values.<component>.nodeSelector |
 # default .Values.nodeSelector`); podDisruptionBudget.operator renders
 # templates/manager/poddisruptionbudget.yaml; rbac.enabledCustomScaledRefKinds (default true) guards
-# the ClusterRole rules templates/manager/clusterrole.yaml writes from rbac.scaledRefKinds.
+# the ClusterRole rules templates/manager/clusterrole.yaml writes from rbac.scaledRefKinds;
+# permissions.operator.restrict.secret and permissions.metricServer.restrict.secret (default false) set
+# KEDA_RESTRICT_SECRET_ACCESS on the operator and the metrics API server (manager/deployment.yaml,
+# metrics-server/deployment.yaml) and drop the ClusterRole's Secret list/watch for a Role in KEDA's
+# namespace (manager/clusterrole.yaml, manager/minimal-rbac.yaml).
 KEDA_2_20_2_VALUES = {
     "nodeSelector": dict, "tolerations": list, "crds": {"install": bool},
     "operator": {"replicaCount": int}, "podDisruptionBudget": {"operator": {"maxUnavailable": int}},
     "rbac": {"enabledCustomScaledRefKinds": bool},
+    "permissions": {"operator": {"restrict": {"secret": bool}}, "metricServer": {"restrict": {"secret": bool}}},
 }
 # vllm/v1/metrics/loggers.py (PrometheusStatLogger): gauge names and their label names, identical in
 # v0.29.0 (images.vllm, g6e) and v0.13.0 (the Neuron 2.28.0 DLC's vLLM, trn2/inf2): labelnames =
@@ -74,6 +79,17 @@ def test_keda_gets_no_wildcard_rbac_for_custom_scale_targets(scaled_objects) -> 
     assert keda_values()["rbac"] == {"enabledCustomScaledRefKinds": False}
     assert {o["spec"]["scaleTargetRef"]["kind"] for o in scaled_objects.values()} == {"Deployment"}
     assert {o["spec"]["scaleTargetRef"]["apiVersion"] for o in scaled_objects.values()} == {"apps/v1"}
+
+
+def test_keda_reads_secrets_only_in_its_namespace_as_no_trigger_needs_one(scaled_objects) -> None:
+    """With ``permissions.*.restrict.secret`` the operator and metrics API server read Secrets only in
+    KEDA's namespace (rendered once against the chart at v2.20.2: no Secret rule left in any ClusterRole,
+    ``KEDA_RESTRICT_SECRET_ACCESS=true`` on both). A trigger could only need one through an
+    ``authenticationRef`` (TriggerAuthentication); none of the serving chart's has one."""
+    assert keda_values()["permissions"] == {"operator": {"restrict": {"secret": True}}, "metricServer": {"restrict": {"secret": True}}}
+    triggers = [t for o in scaled_objects.values() for t in o["spec"]["triggers"]]
+    assert triggers and not [t for t in triggers if "authenticationRef" in t]
+    assert not [t for t in triggers if set(t["metadata"]) & {"customHeaders", "awsRegion", "identityOwner"}]
 
 
 @pytest.fixture(scope="module")
