@@ -11,11 +11,31 @@ import re
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.serving.conftest import CHART
 
 FILES = CHART / "files"
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped has stopped running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` every 50 ms until it is true or ``timeout`` s have passed; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
 
 # The end of a fake `vllm` script (python -c): serve vLLM's /health (200; 404 for any other path) on
 # the ``port`` the script has read from its flags, until the process is stopped.

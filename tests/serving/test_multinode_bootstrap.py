@@ -24,7 +24,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -32,7 +31,7 @@ import pytest
 
 from tests.serving.aws_fakes import free_port
 from tests.serving.conftest import CHART
-from tests.serving.containers import SERVE_HEALTH
+from tests.serving.containers import SERVE_HEALTH, alive, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -87,23 +86,6 @@ VLLM_ARGS = ["--model", "s3://models/meta-llama/Llama-4-Scout-17B-16E-Instruct/m
              "--served-model-name", "llama-4-scout", "--max-model-len", "32768", "--max-num-seqs", "16",
              "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2", "--distributed-executor-backend", "ray",
              "--gpu-memory-utilization", "0.9", "--shutdown-timeout", "75"]
-
-
-def wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return predicate()
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 class Member:

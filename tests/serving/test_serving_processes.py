@@ -23,7 +23,7 @@ import pytest
 from tests.lambdas.lambda_support import make_certificate
 from tests.serving.aws_fakes import free_port
 from tests.serving.conftest import CHART, load_script
-from tests.serving.containers import SERVE_HEALTH
+from tests.serving.containers import SERVE_HEALTH, alive, wait_for
 
 FILES = CHART / "files"
 
@@ -47,24 +47,6 @@ port = int(sys.argv[sys.argv.index("--port") + 1])
 
 
 load = load_script
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting to be reaped has stopped running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 @pytest.fixture
