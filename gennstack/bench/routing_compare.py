@@ -35,7 +35,6 @@ import math
 import os
 import platform
 import signal
-import socket
 import statistics
 import threading
 import time
@@ -132,29 +131,6 @@ class Counters:
                         self.cached_tokens - other.cached_tokens)
 
 
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports on 127.0.0.1 (demo_gateway numbers its replicas so)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + count >= 65535:
-            continue
-        try:
-            held = []
-            for port in range(first, first + count):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-        return first
-    raise CompareError(f"no {count} consecutive free ports on 127.0.0.1")
-
-
 class LlamaReplica:
     """One replica of gennstack.gateway.demo (SmolLM2 on llama-cpp-python, its RAM prompt cache on); its
     counters from its own log (gennstack.gateway.demo.cache_stats: the access log and llama-cpp-python
@@ -227,7 +203,7 @@ def start_fleet(settings: CompareSettings, policy: str, workdir: Path) -> Iterat
     its LLAMA_HEALTH_PATH), with this comparison's health interval and, for mock replicas, their path."""
     from gennstack.config_base import frozen
     from gennstack.gateway.config import GatewayConfig, routing_table
-    from gennstack.gateway.demo import LLAMA_HEALTH_PATH, start_replicas, wait_ready, with_routing
+    from gennstack.gateway.demo import LLAMA_HEALTH_PATH, free_ports, start_replicas, wait_ready, with_routing
     from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 
     workdir.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,12 @@ test_gateway_smollm2.py."""
 
 from __future__ import annotations
 
+import socket
+from pathlib import Path
+
 import pytest
 
-from gennstack.gateway.demo import MAX_DEMO_REPLICAS, cache_stats, server_command, start_replicas, with_routing
+from gennstack.gateway.demo import MAX_DEMO_REPLICAS, cache_stats, free_ports, server_command, start_replicas, with_routing
 
 LOG = """\
 INFO:     Started server process [4242]
@@ -55,3 +58,19 @@ def test_replica_count_and_routing_modes_are_checked(tmp_path) -> None:
     assert with_routing({}, "prefix")["routing"]["generations"] == {"trn2": "prefix", "g6e": "prefix"}
     assert with_routing({"routing": {"hash_balance_factor": 100}}, "least-request")["routing"] == {
         "hash_balance_factor": 100, "generations": {"inf2": "least_request", "trn2": "least_request", "g6e": "least_request"}}
+
+
+def test_free_ports_are_consecutive_and_below_the_ephemeral_range() -> None:
+    """A run of ``count`` ports that all bind, none of which the kernel hands out as the local end of a
+    connection (net.ipv4.ip_local_port_range), so nothing else takes one while a replica loads."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for count in (1, 3):
+        first = free_ports(count)
+        assert 10000 <= first and first + count <= low
+        socks = [socket.socket() for _ in range(count)]
+        try:
+            for port, sock in zip(range(first, first + count), socks, strict=True):
+                sock.bind(("127.0.0.1", port))
+        finally:
+            for sock in socks:
+                sock.close()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import urllib.request
 
 import pytest
 
 from gennstack.gateway.cli import start_demo_backend, wait_http
 from gennstack.gateway.config import GatewayConfig, routing_table
+from gennstack.gateway.demo import free_ports
 from gennstack.gateway.local import BACKEND_HEADER, LocalGateway, LocalSettings, envoy_bootstrap
 
 # Real Envoy and local servers with timeouts and a split tolerance: run in `make test`'s serial phase.
@@ -33,15 +33,9 @@ def _require_llama_cpp() -> None:
         pytest.skip(message)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_real_tokens_from_smollm2_through_envoy() -> None:
     _require_llama_cpp()
-    server, url = start_demo_backend(_free_port())
+    server, url = start_demo_backend(free_ports(1))
     try:
         wait_http(url + "/models", 120)
         # llama.cpp's server has no /health; its model list is the readiness signal
@@ -92,7 +86,7 @@ def test_demo_replicas_keep_a_conversation_and_log_its_cache_hits(tmp_path) -> N
     _require_llama_cpp()
     from gennstack.gateway.demo import demo_gateway
 
-    first = _free_port()
+    first = free_ports(2)
     with demo_gateway(2, "prefix", first_port=first, log_dir=tmp_path) as stack:
         messages = [{"role": "system", "content": "You are a terse assistant."},
                     {"role": "user", "content": "Name a colour."}]
