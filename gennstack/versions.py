@@ -41,8 +41,22 @@ KUBERNETES: dict[str, KubernetesRelease] = {
 }
 
 # EKS-optimized AL2023, pinned to a dated release (awslabs/amazon-eks-ami v20260714 ships 1.36
-# standard, NVIDIA and Neuron AMIs). Never @latest: an unpinned AMI update rolls every node.
+# standard, NVIDIA and Neuron AMIs): the general and GPU node classes. Never @latest: an unpinned
+# AMI update rolls every node.
 AL2023_AMI_ALIAS = "al2023@v20260714"
+
+# The Neuron node classes (inf2, trn2) run an older release: its Neuron AMI's driver must accept the
+# Neuron runtime of the image (the support matrix's DLC, runtime 2.30.51.0). awslabs/amazon-eks-ami
+# CHANGELOG.md: "AMI Release v20260714" ships aws-neuronx-dkms 2.29.0.0, and aws-neuron-sdk
+# release-notes/components/runtime.rst (v2.31.0, Neuron Driver 2.29, Known Issues): "Neuron Driver
+# 2.29 requires Neuron Runtime Library 2.33 or later ... will cause nrt_init() to fail". v20260625,
+# the newest release before it, ships 2.28.0.0 in amazon-eks-node-al2023-x86_64-neuron-1.36-v20260625
+# (source AMI al2023-ami-minimal-2023.12.20260622.0-kernel-6.18-x86_64, the 1.36 AMIs' kernel 6.18);
+# neuron_compat.py in the serving chart holds the driver/runtime rules, and
+# tests/serving/test_support_matrix.py the pair. Move it only to a release whose driver that test accepts.
+NEURON_AMI_ALIAS = "al2023@v20260625"
+# aws-neuronx-dkms of NEURON_AMI_ALIAS's 1.36 Neuron AMI (the CHANGELOG.md table, "Kubernetes 1.36").
+NEURON_AMI_DRIVER = "2.28.0.0"
 
 
 @dataclass(frozen=True)

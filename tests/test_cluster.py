@@ -334,7 +334,7 @@ def test_node_pool_manifests_in_template(synth: Synth) -> None:
     joined = " ".join(manifests)
     for name in ("gen1-inf2", "gen2-trn2", "gen3-g6e", "general"):
         assert name in joined
-    assert versions.AL2023_AMI_ALIAS in joined
+    assert versions.AL2023_AMI_ALIAS in joined and versions.NEURON_AMI_ALIAS in joined
 
 
 def test_iam_wildcards_only_where_acknowledged(synth: Synth) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from gennstack_infra.components.node_pools import GENERAL_POOL, POOL_NAMES, node_classes, node_pools
@@ -120,10 +122,14 @@ def test_serving_nodes_are_never_consolidated_while_serving() -> None:
 def test_node_classes_pin_ami_and_require_imdsv2() -> None:
     classes = _classes()
     assert set(classes) == {GENERAL_POOL, "gen1-inf2", "gen2-trn2", "gen3-g6e"}
-    for node_class in classes.values():
+    # The Neuron classes run the AMI release whose Neuron driver accepts the image's runtime
+    # (gennstack/versions.py NEURON_AMI_ALIAS; the pair is held in tests/serving/test_support_matrix.py).
+    aliases = {"gen1-inf2": versions.NEURON_AMI_ALIAS, "gen2-trn2": versions.NEURON_AMI_ALIAS}
+    for name, node_class in classes.items():
         spec = node_class["spec"]
-        assert spec["amiSelectorTerms"] == [{"alias": versions.AL2023_AMI_ALIAS}]
-        assert "@latest" not in versions.AL2023_AMI_ALIAS
+        alias = aliases.get(name, versions.AL2023_AMI_ALIAS)
+        assert spec["amiSelectorTerms"] == [{"alias": alias}]
+        assert re.fullmatch(r"al2023@v\d{8}", alias)  # a dated release, never @latest
         assert spec["metadataOptions"]["httpTokens"] == "required"
         assert spec["metadataOptions"]["httpPutResponseHopLimit"] == 1
         (volume,) = spec["blockDeviceMappings"]

@@ -38,6 +38,7 @@ _SDK_RE = re.compile(r"-sdk(\d+\.\d+\.\d+)-")
 NXDI_LAST_RELEASE: dict[str, tuple[int, int]] = {"inf2": (2, 28), "trn2": (2, 31)}
 
 _DLC_2_28_0 = "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"
+_DLC_2_28_0_RUNTIME = "2.30.51.0-faafe26f0"
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,19 @@ class Support:
     # vLLM in the image, and the vLLM Neuron plugin (vllm-project/vllm-neuron branch) where there is one.
     vllm: str
     plugin: str
+    # The image's Neuron runtime (its aws-neuronx-runtime-lib package); the node's Neuron driver must
+    # accept it (gennstack/versions.py NEURON_AMI_DRIVER; the chart's files/neuron_compat.py rules).
+    neuron_runtime: str = ""
 
 
 SUPPORT: dict[str, Support] = {
     # deep-learning-containers 2.28.0, vllm/inference/0.13.0/Dockerfile.neuronx: vllm-neuron
-    # release-0.4.1 on vLLM 0.13.0, neuronx_distributed_inference 0.8.16251; README row
-    # "Neuron 2.28.0 | trn1,trn2,trn3,inf2".
-    "inf2": Support("inf2", _DLC_2_28_0, "2.28.0", "inf2", "LlamaForCausalLM", vllm="0.13.0", plugin="release-0.4.1"),
+    # release-0.4.1 on vLLM 0.13.0, neuronx_distributed_inference 0.8.16251,
+    # NEURONX_RUNTIME_LIB_VERSION=2.30.51.0-faafe26f0; README row "Neuron 2.28.0 | trn1,trn2,trn3,inf2".
+    "inf2": Support("inf2", _DLC_2_28_0, "2.28.0", "inf2", "LlamaForCausalLM", vllm="0.13.0", plugin="release-0.4.1",
+                    neuron_runtime=_DLC_2_28_0_RUNTIME),
     "trn2": Support("trn2", _DLC_2_28_0, "2.28.0", "trn2", "Llama4ForConditionalGeneration", vllm="0.13.0",
-                    plugin="release-0.4.1"),
+                    plugin="release-0.4.1", neuron_runtime=_DLC_2_28_0_RUNTIME),
     "g6e": Support(
         "g6e",
         "docker.io/vllm/vllm-openai:v0.29.0@sha256:c2914767605584b6d8f45686b82de173ecc99e781897aa3d0a66dacd72c51ae1",

@@ -25,11 +25,21 @@ RESERVED_SUFFIX = "-reserved"
 # not), then spot, on-demand only when neither can be had.
 RESERVED_WEIGHT, SPOT_WEIGHT, ON_DEMAND_WEIGHT = 100, 50, 10
 
+
+def ami_alias(instance_types: tuple[str, ...]) -> str:
+    """The AMI release of a node class: Neuron instance types get ``NEURON_AMI_ALIAS``, the release
+    whose Neuron driver accepts the image's Neuron runtime (gennstack/versions.py); the general and
+    GPU classes ``AL2023_AMI_ALIAS``."""
+    if instance_types and all(INSTANCE_TYPES[t].accelerator_resource == NEURON for t in instance_types):
+        return versions.NEURON_AMI_ALIAS
+    return versions.AL2023_AMI_ALIAS
+
+
 def node_class(
     *, name: str, generation: str | None, instance_types: tuple[str, ...], cluster_name: str, node_role: str,
     security_group_id: str, tags: dict[str, str], capacity_reservation_ids: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """An EC2NodeClass: AL2023 at a pinned AMI release, IMDSv2 only, encrypted gp3 root volume.
+    """An EC2NodeClass: AL2023 at a pinned AMI release (:func:`ami_alias`), IMDSv2 only, encrypted gp3 root volume.
 
     With the ``al2023`` alias Karpenter picks the NVIDIA or Neuron AMI variant for accelerated
     instance types by itself. ``instanceStorePolicy: RAID0`` turns local NVMe (trn2, g6e) into the
@@ -41,7 +51,7 @@ def node_class(
     discovery = {"karpenter.sh/discovery": cluster_name}
     spec: dict[str, Any] = {
         "role": node_role,
-        "amiSelectorTerms": [{"alias": versions.AL2023_AMI_ALIAS}],
+        "amiSelectorTerms": [{"alias": ami_alias(instance_types)}],
         "subnetSelectorTerms": [{"tags": discovery}],
         # The EKS-created cluster security group (nodes, pods and control plane talk through it).
         "securityGroupSelectorTerms": [{"id": security_group_id}],

@@ -87,8 +87,9 @@ class Serving(Construct):
             serving_service_account=SERVING_SERVICE_ACCOUNT,
             staging_service_account=STAGING_SERVICE_ACCOUNT,
         )
-        # KubeRay needs Ray in every gen1-inf2 pod; the Neuron vLLM DLC has none. CDK builds the DLC
-        # plus Ray Serve at deploy time (Docker on the deploying machine) unless config names an image.
+        # KubeRay needs Ray Serve in every gen1-inf2 pod; the Neuron vLLM DLC's own Ray cannot take it.
+        # CDK builds the DLC plus Ray Serve in its own environment at deploy time (Docker on the
+        # deploying machine) unless config names an image.
         self.inf2_image: ecr_assets.DockerImageAsset | None = None
         if config.generations.inf2.enabled and config.serving.inf2.image is None:
             self.inf2_image = ecr_assets.DockerImageAsset(

@@ -176,7 +176,7 @@ def test_each_server_drains_inside_its_grace_period(grace, pre_stop) -> None:
     service = objects[("RayService", "gen1-inf2")]["spec"]
     inf2 = service["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]
     worker = inf2["containers"][0]
-    assert worker["lifecycle"]["preStop"] == {"exec": {"command": ["python3", "/scripts/ray_drain.py"]}}
+    assert worker["lifecycle"]["preStop"]["exec"]["command"][2].endswith(" /scripts/ray_drain.py")
     deployment = yaml.safe_load(service["serveConfigV2"])["applications"][0]["deployments"][0]
     # The drain's deadline is Serve's graceful stop: Serve stops the replica at once
     # (deadline - graceful_shutdown_timeout_s is now), and it has that long to finish its requests.
@@ -307,6 +307,8 @@ def checksums(chart: Path) -> dict[str, str | None]:
     ("vllm_serve.py", {"gen1-inf2/head", "gen1-inf2/workers", "gen2-trn2", "gen3-g6e"}),
     # Neuron pods sync weights and compiled artifacts; g6e syncs its tiktoken encodings.
     ("s3sync.py", {"gen1-inf2/workers", "gen2-trn2", "gen3-g6e", "gen1-inf2-warm-spare", "gen2-trn2-warm-spare"}),
+    # The Neuron sync containers' driver/runtime check.
+    ("neuron_compat.py", {"gen1-inf2/workers", "gen2-trn2", "gen1-inf2-warm-spare", "gen2-trn2-warm-spare"}),
     ("release_do_not_disrupt.py", {"gen1-inf2/workers", "gen2-trn2", "gen3-g6e"}),
     ("stage.py", set()),
 ])

@@ -367,7 +367,8 @@ def test_serving_pods_behave_well_on_spot(rendered_all, generation) -> None:
         assert main["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     grace = spec["terminationGracePeriodSeconds"]
     if generation == "inf2":  # Ray's drain, waiting at most GENNSTACK_DRAIN_WAIT_S
-        assert main["lifecycle"]["preStop"]["exec"]["command"] == ["python3", "/scripts/ray_drain.py"]
+        command = main["lifecycle"]["preStop"]["exec"]["command"]
+        assert command[:2] == ["/bin/sh", "-c"] and command[2].endswith("/python3\" /scripts/ray_drain.py")
         pre_stop = int(env(main)["GENNSTACK_DRAIN_WAIT_S"])
     else:
         pre_stop = main["lifecycle"]["preStop"]["sleep"]["seconds"]

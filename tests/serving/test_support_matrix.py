@@ -28,6 +28,8 @@ aws-neuron/neuron-helm-charts 8172e5e):
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -38,9 +40,10 @@ from gennstack.serving import ServingConfig, compile_cache_prefixes
 from gennstack.serving.support import NXDI_LAST_RELEASE, SUPPORT, effective_release, neuron_release_of, release_error
 from gennstack.serving.values import neuron_release
 from gennstack.serving.capacity import MODELS
+from gennstack import versions
 from gennstack.generations import _GENERATION_DEFAULTS
 from tests import helm
-from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, cdk_values, merged
+from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, cdk_values, load_script, merged
 from tests.support import ROOT
 
 # The deep-learning-containers README rows GenNStack's Neuron images come from: tag -> (Neuron
@@ -71,6 +74,48 @@ def test_each_neuron_row_is_a_published_dlc_whose_release_supports_its_family(ge
     assert row.instance_family in families
     assert row.vllm == vllm
     assert release_error(generation, row.neuron_release) is None
+
+
+# --- the node AMI's Neuron driver and the image's Neuron runtime ------------------------------
+# awslabs/amazon-eks-ami CHANGELOG.md (main, 81fec2e), the "Kubernetes 1.36" tables: aws-neuronx-dkms of
+# amazon-eks-node-al2023-x86_64-neuron-1.36-<release> (every 1.36 AMI is built on an
+# al2023-ami-minimal-...-kernel-6.18 source AMI: "Source AMI Name (K8s 1.36)"). v20260610 is the first
+# release with 1.36 AMIs.
+NEURON_AMI_DRIVER = {"v20260610": "2.28.0.0", "v20260618": "2.28.0.0", "v20260625": "2.28.0.0", "v20260714": "2.29.0.0"}
+# deep-learning-containers 2.28.0 vllm/inference/0.13.0/Dockerfile.neuronx: NEURONX_RUNTIME_LIB_VERSION.
+DLC_RUNTIME = {"0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04": "2.30.51.0-faafe26f0"}
+
+
+@pytest.mark.parametrize("generation", ["inf2", "trn2"])
+def test_the_neuron_nodes_driver_runs_the_rows_runtime(generation) -> None:
+    """The Neuron node classes' AMI release ships driver NEURON_AMI_DRIVER, and no rule of
+    files/neuron_compat.py (aws-neuron-sdk runtime.rst, Known Issues of Neuron 2.30.0 and 2.31.0) refuses
+    it with the row's runtime. More than no known issue: the driver predates 2.29, the driver that
+    "requires Neuron Runtime Library 2.33 or later", and "The driver remains backwards compatible with
+    older versions of Neuron Runtime" (neuron-runtime/nrt-troubleshoot.rst, v2.31.0). On 1.36's kernel
+    6.18: driver 2.26.10.0 brought "Compatibility fixes for Linux kernel 6.18" (runtime.rst, Neuron 2.28.0),
+    so 2.28.0.0 has them; AWS built three 1.36 Neuron AMIs with it (unverified here: Neuron's 2.28.0.0
+    test table lists AL2023 6.12 and 6.1, not 6.18)."""
+    compat = load_script("neuron_compat")
+    row = SUPPORT[generation]
+    release = versions.NEURON_AMI_ALIAS.split("@", 1)[1]
+    driver = NEURON_AMI_DRIVER[release]
+    assert versions.NEURON_AMI_DRIVER == driver
+    assert row.neuron_runtime == DLC_RUNTIME[row.image.rsplit(":", 1)[1]]
+    assert compat.incompatibility(driver, row.neuron_runtime) is None
+    assert compat.parse(driver)[:2] < (2, 29) or compat.parse(row.neuron_runtime)[:2] >= (2, 33)
+    assert compat.parse(driver) >= (2, 26, 10, 0)  # kernel 6.18
+    assert "1.36" in versions.KUBERNETES
+
+
+def test_the_general_ami_release_would_refuse_the_neuron_image() -> None:
+    """Why the Neuron classes do not run AL2023_AMI_ALIAS: its Neuron AMI's driver 2.29.0.0 with the
+    SDK 2.28 DLC's runtime 2.30.51 fails at nrt_init()."""
+    compat = load_script("neuron_compat")
+    driver = NEURON_AMI_DRIVER[versions.AL2023_AMI_ALIAS.split("@", 1)[1]]
+    why = compat.incompatibility(driver, SUPPORT["inf2"].neuron_runtime)
+    assert why is not None and "Neuron Driver 2.29 requires Neuron Runtime Library 2.33 or later" in why
+    assert versions.NEURON_AMI_ALIAS != versions.AL2023_AMI_ALIAS
 
 
 def test_gen1_is_on_2_28_the_release_the_notes_name_for_inf2() -> None:
@@ -128,11 +173,51 @@ def test_the_chart_and_the_inf2_image_run_the_matrix_images() -> None:
     assert re.findall(r"^FROM (\S+)$", dockerfile, flags=re.MULTILINE) == [SUPPORT["inf2"].image]
 
 
-def test_ray_is_installed_against_the_dlcs_own_pins() -> None:
+def test_ray_serve_gets_its_own_environment_beside_the_dlcs() -> None:
+    """The DLC has its own Ray: deep-learning-containers 2.28.0 vllm/inference/0.13.0/Dockerfile.neuronx
+    installs vllm-neuron (`-e /opt/vllm`, release-0.4.1), which installs vLLM 0.13.0, whose PyPI wheel
+    requires `ray[cgraph]>=2.48.0` (vllm-0.13.0 METADATA). Against that environment's packages as
+    constraints (a reconstruction of its PyPI set at the DLC's release, pip 26.3
+    `--uploaded-prior-to 2026-02-27`: ray 2.54.0, starlette 0.52.1, aiohttp 3.13.3,
+    prometheus-fastapi-instrumentator 7.1.0) `ray[serve]==2.60.0` cannot resolve: the constrained
+    ray; without it, Ray 2.60.0's serve extra requires starlette>=1.0.1 and aiohttp>=3.14.4, and
+    vLLM's instrumentator 7.1.0 requires starlette<1.0.0. So Ray Serve goes into a virtual environment
+    of its own, with nothing of the DLC's moved, and only `ray` goes first on PATH."""
     dockerfile = (ROOT / "assets" / "images" / "inf2-ray-serve" / "Dockerfile").read_text()
-    assert "pip list --format=freeze --exclude-editable > /tmp/dlc-constraints.txt" in dockerfile
-    assert '-c /tmp/dlc-constraints.txt "ray[serve]==' in dockerfile
-    assert "&& pip check" in dockerfile
+    steps = re.findall(r"^RUN (.*?)(?<!\\)$", dockerfile, flags=re.MULTILINE | re.DOTALL)
+    assert len(steps) == 1
+    commands = [c.strip() for c in steps[0].replace("\\\n", " ").split("&&")]
+    assert commands[0] == "python3 -m venv /opt/ray"
+    assert re.fullmatch(r'/opt/ray/bin/python3 -m pip install --no-cache-dir "ray\[serve\]==\d+\.\d+\.\d+"', commands[1])
+    assert "/opt/ray/bin/python3 -m pip check" in commands
+    assert "ln -s /opt/ray/bin/ray /opt/ray-bin/ray" in commands
+    assert " -c " not in steps[0] and "pip list" not in steps[0]  # nothing pins Ray to the DLC's packages
+    assert re.findall(r"^ENV (.*)$", dockerfile, flags=re.MULTILINE) == ["PATH=/opt/ray-bin:$PATH"]
+
+
+def test_the_prestop_drain_runs_with_the_python_of_the_ray_on_path(tmp_path) -> None:
+    """The preStop's shell line, run by a real sh over the image's layout (/opt/ray/bin with ray and
+    python3, /opt/ray-bin/ray linking to it, a DLC python3 on PATH): ray_drain.py runs with
+    /opt/ray/bin/python3, not the DLC's `python3`, whose Ray is the DLC's."""
+    service = next(o for o in helm.render(CHART, REQUIRED, namespace=NAMESPACE) if o["kind"] == "RayService")
+    worker = service["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    shell, flag, line = worker["lifecycle"]["preStop"]["exec"]["command"]
+    ray_env, ray_bin, dlc_bin = tmp_path / "opt/ray/bin", tmp_path / "opt/ray-bin", tmp_path / "opt/conda/bin"
+    for directory in (ray_env, ray_bin, dlc_bin):
+        directory.mkdir(parents=True)
+    (ray_env / "python3").symlink_to(sys.executable)
+    (ray_env / "ray").write_text(f"#!{ray_env / 'python3'}\n")
+    (ray_env / "ray").chmod(0o755)
+    (ray_bin / "ray").symlink_to(ray_env / "ray")
+    (dlc_bin / "python3").write_text("#!/bin/sh\necho the DLC python3; exit 3\n")
+    (dlc_bin / "python3").chmod(0o755)
+    probe = tmp_path / "ray_drain.py"
+    probe.write_text("import sys; print(sys.executable)\n")
+    assert line.count("/scripts/ray_drain.py") == 1
+    proc = subprocess.run([shell, flag, line.replace("/scripts/ray_drain.py", str(probe))], capture_output=True, text=True,
+                          env={"PATH": f"{ray_bin}:{dlc_bin}:/usr/bin:/bin"}, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == str(ray_env / "python3")
 
 
 def test_rayservice_names_the_images_ray_version() -> None:

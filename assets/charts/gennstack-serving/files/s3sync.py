@@ -13,7 +13,10 @@ s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 Mi
              g6e copies only `<model prefix>tiktoken/`),
              MODEL_EXCLUDE (serve only: comma-separated fnmatch patterns of model keys not to copy;
              trn2 serves from the presharded checkpoint in its compiled artifacts, so it leaves
-             the model's `*.safetensors` in S3 and copies only config and tokenizer files)
+             the model's `*.safetensors` in S3 and copies only config and tokenizer files),
+             NEURON_CHECK = true (Neuron pods: first log the node's Neuron driver and the image's
+             Neuron runtime, and exit 1 on a pair upstream says fails, files/neuron_compat.py;
+             NEURON_DRIVER_FILE and DPKG_STATUS name where they are read, tests point them elsewhere)
         serve: the staged model (and, for Neuron, its compiled artifacts) must be complete in S3,
                else exit 1 naming the Job to run; then copy what is missing or differs.
         compile: exit 0 with /work/skip when the compile is already in S3; else the staging
@@ -157,10 +160,24 @@ def _report(log: Callable[[str], None], verb: str, done: int, total: int, size: 
     log(f"{verb} {done} of {total} files ({size / 1e9:.2f} GB) from {src} to {dst} in {seconds:.1f} s ({rate:.0f} MB/s)")
 
 
+def check_neuron(env: Mapping[str, str], log: Callable[[str], None] = print) -> None:
+    """Before any copy: the node's Neuron driver must accept the image's Neuron runtime (a known-bad
+    pair fails only at the server's nrt_init(), after the copy and the long load)."""
+    import neuron_compat
+
+    try:
+        neuron_compat.check(log, Path(env.get("NEURON_DRIVER_FILE", str(neuron_compat.DRIVER_FILE))),
+                            Path(env.get("DPKG_STATUS", str(neuron_compat.DPKG_STATUS))))
+    except neuron_compat.IncompatibleNeuron as exc:
+        raise SyncError(str(exc)) from None
+
+
 def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], None] = print) -> None:
     mode = env.get("MODE", "serve")
     if mode not in ("serve", "compile"):
         raise SyncError(f"MODE: got {mode!r}; allowed: 'serve' or 'compile'")
+    if env.get("NEURON_CHECK") == "true":
+        check_neuron(env, log)
     concurrency = int(env["S3_CONCURRENCY"])
     bucket, prefix = env["MODELS_BUCKET"], env["MODEL_PREFIX"]
     marker = env.get("MARKER_PREFIX", prefix) + MARKER

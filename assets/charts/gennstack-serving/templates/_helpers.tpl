@@ -161,6 +161,10 @@ encodings. mode: serve (fail when anything is missing) or compile (skip a compil
       value: /cache/tiktoken
     {{- end }}
     {{- if .gen.neuron }}
+    # Log the node's Neuron driver and the image's runtime, and stop on a pair that fails at load
+    # (files/neuron_compat.py).
+    - name: NEURON_CHECK
+      value: "true"
     - name: COMPILE_BUCKET
       value: {{ include "gennstack-serving.compileCacheBucket" .root | quote }}
     - name: COMPILE_PREFIX
@@ -404,14 +408,15 @@ checksum/scripts annotation: changing one script restarts only the pods that run
 {{- end }}
 
 {{/*
-The scripts a generation's serving pod runs: the vLLM launcher, the S3 sync (s3sync.py) and the
-do-not-disrupt release sidecar (when enabled); gen1-inf2 also the Ray Serve application and the
-preStop's Ray drain.
+The scripts a generation's serving pod runs: the vLLM launcher, the S3 sync (s3sync.py; on Neuron
+also its driver/runtime check, neuron_compat.py) and the do-not-disrupt release sidecar (when
+enabled); gen1-inf2 also the Ray Serve application and the preStop's Ray drain.
 */}}
 {{- define "gennstack-serving.serverScripts" -}}
 {{- $files := list "vllm_serve.py" }}
 {{- if eq .gen.name "inf2" }}{{ $files = concat $files (list "gennstack_serve.py" "ray_drain.py") }}{{ end }}
 {{- if or .gen.neuron (index .root.Values .gen.name).tiktokenEncodings }}{{ $files = append $files "s3sync.py" }}{{ end }}
+{{- if .gen.neuron }}{{ $files = append $files "neuron_compat.py" }}{{ end }}
 {{- if .root.Values.loading.releaseDoNotDisruptWhenReady }}{{ $files = append $files "release_do_not_disrupt.py" }}{{ end }}
 {{- toJson $files }}
 {{- end }}
@@ -434,4 +439,13 @@ nodeSelector:
 {{- else }}
 {{- max 1 (int (floor (float64 .))) }}
 {{- end }}
+{{- end }}
+
+{{/*
+The preStop's Ray drain, run with the Python of the Ray on PATH (the `ray` entry point's directory):
+/opt/ray/bin/python3 in the image CDK builds (assets/images/inf2-ray-serve), the image's own Python
+where Ray is installed beside everything else.
+*/}}
+{{- define "gennstack-serving.rayPython" -}}
+exec "$(dirname "$(readlink -f "$(command -v ray)")")/python3" /scripts/ray_drain.py
 {{- end }}
