@@ -50,7 +50,8 @@ AL2023_AMI_ALIAS = "al2023@v20260714"
 # CHANGELOG.md: "AMI Release v20260714" ships aws-neuronx-dkms 2.29.0.0, and aws-neuron-sdk
 # release-notes/components/runtime.rst (v2.31.0, Neuron Driver 2.29, Known Issues): "Neuron Driver
 # 2.29 requires Neuron Runtime Library 2.33 or later ... will cause nrt_init() to fail". v20260625,
-# the newest release before it, ships 2.28.0.0 in amazon-eks-node-al2023-x86_64-neuron-1.36-v20260625
+# the newest release before it in CHANGELOG.md (tags v20260707/v20260709 have no entry), ships
+# 2.28.0.0 in amazon-eks-node-al2023-x86_64-neuron-1.36-v20260625
 # (source AMI al2023-ami-minimal-2023.12.20260622.0-kernel-6.18-x86_64, the 1.36 AMIs' kernel 6.18);
 # neuron_compat.py in the serving chart holds the driver/runtime rules, and
 # tests/serving/test_support_matrix.py the pair. Move it only to a release whose driver that test accepts.
