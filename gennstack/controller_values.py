@@ -134,9 +134,13 @@ def kuberay_values(serving_namespace: str) -> dict[str, Any]:
     }
 
 
-def serving_namespace_manifest(name: str) -> dict[str, Any]:
-    """The serving namespace, created before the KubeRay chart writes its Role into it."""
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+def serving_namespace_manifest(name: str, *, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """The serving namespace, created before the KubeRay chart writes its Role into it, with its Pod
+    Security admission ``labels`` (gennstack/pod_security.py namespace_labels)."""
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def lws_values() -> dict[str, Any]:

@@ -22,12 +22,13 @@ class Operators(Construct):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster, serving_namespace: str,
-                 multi_node: bool = False) -> None:
+                 serving_namespace_labels: dict[str, str] | None = None, multi_node: bool = False) -> None:
         super().__init__(scope, construct_id)
         values = operator_values(serving_namespace=serving_namespace)
         # KubeRay watches only the serving namespace and its Role goes there (controller_values.kuberay_values):
         # the namespace exists before the chart (the serving chart's helm install then finds it).
-        self.serving_namespace = cluster.add_manifest("ServingNamespace", serving_namespace_manifest(serving_namespace))
+        self.serving_namespace = cluster.add_manifest(
+            "ServingNamespace", serving_namespace_manifest(serving_namespace, labels=serving_namespace_labels))
         namespaces = {
             versions.NEURON.name: "kube-system",
             versions.NVIDIA_DEVICE_PLUGIN.name: "kube-system",

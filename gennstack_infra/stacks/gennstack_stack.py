@@ -21,6 +21,7 @@ from gennstack_infra.components.node_pools import NodePools
 from gennstack_infra.components.operators import Operators
 from gennstack_infra.components.ordering import KubernetesDeployOrder
 from gennstack_infra.components.serving import Serving
+from gennstack import pod_security
 from gennstack.config import GenNStackConfig
 from gennstack.observability.names import INTERRUPTION_METRICS_NAMESPACE
 from gennstack.summary import CONFIG_METADATA_KEY
@@ -76,7 +77,12 @@ class GenNStack(Stack):
             self, "LoadBalancerController", cluster=self.cluster.cluster, cluster_name=config.cluster_name,
             vpc_id=self.network.vpc.vpc_id,
         )
+        # Pod Security admission: restricted, unless a Neuron generation's hostPath model cache needs privileged.
+        neuron = config.generations.inf2.enabled or config.generations.trn2.enabled
         self.operators = Operators(self, "Operators", cluster=self.cluster.cluster, serving_namespace=config.serving.namespace,
+                                   serving_namespace_labels=pod_security.namespace_labels(
+                                       enforce=pod_security.serving_level(neuron=neuron),
+                                       kubernetes_version=config.cluster.kubernetes_version),
                                    multi_node=config.serving.multi_node.enabled)
         self.serving = Serving(self, "Serving", cluster=self.cluster.cluster, config=config, storage=self.model_storage)
         # RayService needs KubeRay's CRDs; pods need the device plugins and the node pools.

@@ -178,10 +178,8 @@ encodings. mode: serve (fail when anything is missing) or compile (skip a compil
       memory: 4Gi
     limits:
       memory: 8Gi
-  securityContext:
-    allowPrivilegeEscalation: false
-    capabilities:
-      drop: ["ALL"]
+  {{- /* Root for the Neuron node's hostPath cache (root's directory); else the vLLM image's user. */}}
+  {{- include "gennstack-serving.containerSecurity" (dict "user" (include "gennstack-serving.serverUser" .)) | nindent 2 }}
   volumeMounts:
     - name: scripts
       mountPath: /scripts
@@ -269,15 +267,67 @@ vision_neuron_config here and lays each over the defaults built from the vLLM fl
       memory: 64Mi
     limits:
       memory: 128Mi
-  securityContext:
-    allowPrivilegeEscalation: false
-    capabilities:
-      drop: ["ALL"]
+  {{- include "gennstack-serving.containerSecurity" (dict "user" "helper") | nindent 2 }}
   volumeMounts:
     - name: scripts
       mountPath: /scripts
       readOnly: true
 {{- end }}
+{{- end }}
+
+{{/*
+Pod security (docs/security.md, "Pod security"). Every pod of the chart gets the container
+runtime's default seccomp profile (gennstack-serving.podSecurity); every container no
+capabilities and no privilege escalation (gennstack-serving.containerSecurity). A container runs
+as a user other than root wherever its image and volumes allow:
+- the vLLM image (images.vllm, v0.29.0): its `vllm` user, UID 2000 GID 0, whose home and Python
+  install are group-0 writable/readable (vllm-project/vllm PR #40275, docker/Dockerfile
+  "Create a conventional `vllm` user (UID 2000, GID 0)"; the image keeps `USER root` by default);
+- helpers that only run the chart's scripts (user "helper"): 65532, which needs no passwd entry
+  (the scripts read HOME nowhere), with a read-only root filesystem;
+- the Neuron DLC's servers, compile and cache sync stay root (the DLC has no USER; the node's
+  hostPath cache is root's 0755 directory, kubelet's DirectoryOrCreate; non-root access to
+  /dev/neuron* depends on the node's udev rule, which the Neuron docs suggest restricting to a
+  group: aws-neuron-sdk about-neuron/security.rst), without any capability.
+Call with (dict "user" "vllm"|"helper"|"root").
+*/}}
+{{- define "gennstack-serving.podSecurity" -}}
+securityContext:
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}
+{{- define "gennstack-serving.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: ["ALL"]
+  {{- if eq .user "vllm" }}
+  runAsNonRoot: true
+  runAsUser: 2000
+  runAsGroup: 0
+  {{- else if eq .user "helper" }}
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  readOnlyRootFilesystem: true
+  {{- else if ne .user "root" }}
+  {{- fail (printf "containerSecurity: user %q; allowed: vllm, helper, root" .user) }}
+  {{- end }}
+{{- end }}
+{{/* The user of a generation's model-server containers: the vLLM image's own, or root (Neuron DLC). */}}
+{{- define "gennstack-serving.serverUser" -}}
+{{- ternary "root" "vllm" (eq (toString .gen.neuron) "true") }}
+{{- end }}
+{{/*
+What a container of the vLLM image running as its `vllm` user needs: HOME (where HF, vLLM, Triton,
+torch inductor and FlashInfer keep their caches; an emptyDir, volume "home") and USER, which
+getpass.getuser() (torch's cache directories) reads before the passwd entry.
+*/}}
+{{- define "gennstack-serving.vllmUserEnv" -}}
+- name: HOME
+  value: /home/vllm
+- name: USER
+  value: vllm
 {{- end }}
 
 {{/* Spread a generation's pods over zones (and nodes). */}}
@@ -304,7 +354,12 @@ topologySpreadConstraints:
     name: gennstack-serving-scripts
 - name: work
   emptyDir: {}
-{{- if .gen.neuron }}
+- name: home
+  emptyDir: {}
+{{- /* The node's cache outlives the pod: only the servers' and warm spares' sync-from-s3 fills it
+(the servers mount it read-only). A compile Job, which runs the model's code, copies into a cache
+of its own that goes with its pod. */}}
+{{- if and .gen.neuron (ne .role "compile") }}
 - name: cache
   hostPath:
     path: {{ (index .root.Values .gen.name).hostCachePath }}

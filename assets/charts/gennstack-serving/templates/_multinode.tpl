@@ -40,6 +40,7 @@ spec:
   serviceAccountName: {{ $root.Values.serviceAccounts.serving.name }}
   priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
   terminationGracePeriodSeconds: {{ $root.Values.spot.terminationGracePeriodSeconds }}
+  {{- include "gennstack-serving.podSecurity" $ctx | nindent 2 }}
   {{- include "gennstack-serving.placement" $ctx | nindent 2 }}
   {{- /* The staging gate of the other servers, read from multiNode.staged and the marker of this model. */}}
   {{- include "gennstack-serving.schedulingGates" (dict "root" $root "gen" $staged) | nindent 2 }}
@@ -69,6 +70,7 @@ spec:
         # Nothing from the internet on the serving path.
         - name: HF_HUB_OFFLINE
           value: "1"
+        {{- include "gennstack-serving.vllmUserEnv" $ctx | nindent 8 }}
         - name: RAY_USAGE_STATS_ENABLED
           value: "0"
         - name: RAY_PORT
@@ -101,16 +103,18 @@ spec:
         limits:
           memory: {{ .memory }}
           {{ $gen.resource }}: {{ $m.gpusPerNode | quote }}
-      securityContext:
-        allowPrivilegeEscalation: false
+      {{- include "gennstack-serving.containerSecurity" (dict "user" "vllm") | nindent 6 }}
       volumeMounts:
         - name: scripts
           mountPath: /scripts
           readOnly: true
         - name: cache
           mountPath: /cache
+          readOnly: true
         - name: dshm
           mountPath: /dev/shm
+        - name: home
+          mountPath: /home/vllm
   volumes:
     {{- include "gennstack-serving.volumes" $ctx | nindent 4 }}
 {{- end }}

@@ -22,6 +22,7 @@ spec:
   # stage.py records the model in its staged marker (and releases the compile Job) through the
   # Kubernetes API with this account's token.
   automountServiceAccountToken: true
+  {{- include "gennstack-serving.podSecurity" $ctx | nindent 2 }}
   containers:
     - name: stage
       # Has python3, huggingface_hub and boto3.
@@ -57,21 +58,24 @@ spec:
         {{- end }}
       resources:
         {{- toYaml $root.Values.staging.resources | nindent 8 }}
-      securityContext:
-        allowPrivilegeEscalation: false
-        capabilities:
-          drop: ["ALL"]
+      {{- /* python3, huggingface_hub and boto3 of the vLLM image, as its own user: writes only /scratch and /tmp. */}}
+      {{- include "gennstack-serving.containerSecurity" (dict "user" "vllm") | nindent 6 }}
+        readOnlyRootFilesystem: true
       volumeMounts:
         - name: scripts
           mountPath: /scripts
           readOnly: true
         - name: scratch
           mountPath: /scratch
+        - name: tmp
+          mountPath: /tmp
   volumes:
     - name: scripts
       configMap:
         name: gennstack-serving-scripts
     - name: scratch
+      emptyDir: {}
+    - name: tmp
       emptyDir: {}
 {{- end }}
 
@@ -92,6 +96,7 @@ spec:
   # The upload records the compiled artifacts in the staged marker with this account's token.
   automountServiceAccountToken: true
   priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
+  {{- include "gennstack-serving.podSecurity" $compile | nindent 2 }}
   # Never spot (on-demand or reserved): a spot reclaim mid-compile must not leave a half-written artifact set.
   {{- include "gennstack-serving.placement" (dict "gen" $gen "onDemand" true) | nindent 2 }}
   initContainers:
@@ -104,8 +109,7 @@ spec:
         {{- include "gennstack-serving.serverEnv" $compile | nindent 8 }}
       resources:
         {{- include "gennstack-serving.resources" $compile | nindent 8 }}
-      securityContext:
-        allowPrivilegeEscalation: false
+      {{- include "gennstack-serving.containerSecurity" (dict "user" "root") | nindent 6 }}
       volumeMounts:
         - name: scripts
           mountPath: /scripts
@@ -140,18 +144,17 @@ spec:
           memory: 4Gi
         limits:
           memory: 8Gi
-      securityContext:
-        allowPrivilegeEscalation: false
-        capabilities:
-          drop: ["ALL"]
+      {{- include "gennstack-serving.containerSecurity" (dict "user" "helper") | nindent 6 }}
       volumeMounts:
         - name: scripts
           mountPath: /scripts
           readOnly: true
         - name: cache
           mountPath: /cache
+          readOnly: true
         - name: work
           mountPath: /work
+          readOnly: true
   volumes:
     {{- include "gennstack-serving.volumes" $compile | nindent 4 }}
 {{- end }}
