@@ -28,6 +28,52 @@ def test_staging_role_uploads_and_reads_the_token_but_never_deletes(synth: Synth
     actions = _role_actions(synth, "ServingStagingRole")
     assert {"s3:PutObject", "s3:GetObject*", "kms:GenerateDataKey*", "secretsmanager:GetSecretValue"} <= actions
     assert not {a for a in actions if "Delete" in a or a in ("s3:*", "kms:*", "secretsmanager:*")}
+    # The stage Jobs copy weights; the compile cache is the compile roles' (below).
+    assert "ModelStorageCompileCacheBucket" not in json.dumps(_role_statements(synth, "ServingStagingRole"))
+
+
+def _role_statements(synth: Synth, role_prefix: str) -> list[dict]:
+    (role_id,) = [k for k in synth.resources("AWS::IAM::Role") if k.startswith(role_prefix)]
+    return [statement for policy in synth.resources("AWS::IAM::Policy").values() if {"Ref": role_id} in policy["Properties"]["Roles"]
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def _arn_suffixes(resource) -> list[tuple[str, str]]:
+    """(bucket logical id, key pattern) of each resource: the bucket ARN alone gives ""."""
+    out = []
+    for r in resource if isinstance(resource, list) else [resource]:
+        if "Fn::GetAtt" in r:
+            out.append((r["Fn::GetAtt"][0], ""))
+        else:
+            att, suffix = r["Fn::Join"][1]
+            out.append((att["Fn::GetAtt"][0], suffix))
+    return out
+
+
+def test_compile_roles_write_only_their_generations_artifacts(synth: Synth) -> None:
+    """A compile Job's pod runs the model's code, so its role (one per Neuron generation) may read that
+    generation's model and upload only to its compile-cache prefix: never another model's keys, never
+    the models bucket, never the Hugging Face token (issue 35). The prefixes are gennstack.serving's,
+    which a chart test holds the compile Jobs to."""
+    from gennstack.config import load_config
+    from gennstack.serving import compile_cache_prefixes, model_prefixes
+
+    config = load_config({})
+    models, compiled = model_prefixes(config), compile_cache_prefixes(config, config.serving)
+    assert set(compiled) == {"inf2", "trn2"}
+    for name in compiled:
+        statements = _role_statements(synth, f"ServingCompile{name.capitalize()}Role")
+        actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+        assert "s3:PutObject" in actions and not [a for a in actions if a.startswith("secretsmanager:") or "Delete" in a]
+        for statement in statements:
+            if not any(str(a).startswith("s3:") for a in statement["Action"]):
+                continue
+            for bucket, suffix in _arn_suffixes(statement["Resource"]):
+                writes = any(a.startswith(("s3:Put", "s3:Abort")) for a in statement["Action"])
+                if writes:
+                    assert (bucket.startswith("ModelStorageCompileCacheBucket"), suffix) == (True, f"/{compiled[name]}*")
+                elif suffix:  # object reads: this generation's model and compiled artifacts only
+                    assert suffix in (f"/{models[name]}*", f"/{compiled[name]}*"), (name, bucket, suffix)
 
 
 def test_roles_bound_to_the_charts_service_accounts_by_pod_identity(synth: Synth) -> None:
@@ -36,10 +82,12 @@ def test_roles_bound_to_the_charts_service_accounts_by_pod_identity(synth: Synth
         for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()
         if a["Properties"]["Namespace"] == "gennstack-serving"
     }
-    assert set(associations) == {"gennstack-serving", "gennstack-staging"}
+    assert set(associations) == {"gennstack-serving", "gennstack-staging", "gennstack-compile-inf2", "gennstack-compile-trn2"}
     assert associations["gennstack-serving"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingServingRole")
     assert associations["gennstack-staging"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingStagingRole")
-    for prefix in ("ServingServingRole", "ServingStagingRole"):
+    assert associations["gennstack-compile-inf2"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingCompileInf2Role")
+    assert associations["gennstack-compile-trn2"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingCompileTrn2Role")
+    for prefix in ("ServingServingRole", "ServingStagingRole", "ServingCompileInf2Role", "ServingCompileTrn2Role"):
         (role,) = [r for k, r in synth.resources("AWS::IAM::Role").items() if k.startswith(prefix)]
         trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert {s["Principal"]["Service"] for s in trust} == {"pods.eks.amazonaws.com"}
@@ -87,7 +135,8 @@ def test_chart_installs_after_operators_node_pools_and_associations(synth: Synth
     assert any(d.startswith("OperatorsKeda") for d in depends)
     assert any(d.startswith("NodePools") for d in depends)
     assert {d for d in depends if d.startswith("Serving") and "Association" in d} == {
-        k for k in resources if k.startswith("ServingServingAssociation") or k.startswith("ServingStagingAssociation")
+        k for k in resources if k.startswith(("ServingServingAssociation", "ServingStagingAssociation", "ServingCompileInf2Association",
+                                              "ServingCompileTrn2Association"))
     }
     rbac = [k for k in resources if k.startswith("InterruptionHandlerRbac")]
     assert rbac and chart_id in resources[rbac[0]]["DependsOn"]

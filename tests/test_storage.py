@@ -145,6 +145,34 @@ def test_serving_can_only_read(grants: tuple[set[str], set[str]]) -> None:
     assert not {a for a in serving if a.startswith(("s3:Put", "s3:Delete", "s3:Abort", "kms:Encrypt", "kms:GenerateDataKey"))}
 
 
+def test_compile_grant_is_scoped_to_one_model_and_one_artifact_set() -> None:
+    """grant_compile_write: weights under the model prefix (read), artifacts under the compile prefix
+    (read, upload); the bucket-level List stays unscoped so a missing key is a 404, not a 403."""
+    from aws_cdk import App
+
+    from gennstack_infra.app import cdk_json_context
+    from gennstack_infra.components.access_logs import AccessLogBucket
+    from gennstack_infra.components.model_storage import ModelStorage
+    from gennstack.config import StorageConfig
+
+    stack = Stack(App(context=cdk_json_context()), "CompileGrantTest")
+    logs = AccessLogBucket(stack, "Logs", expiry_days=30)
+    storage = ModelStorage(stack, "Storage", config=StorageConfig(), access_log_bucket=logs.bucket)
+    role = iam.Role(stack, "Compile", assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com"))
+    storage.grant_compile_write(role, model_prefix="org/m/abc/", compile_prefix="neuron-2.28.0/org/m/abc/tp8/")
+    template = Template.from_stack(stack).to_json()
+    (policy,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"]
+    objects: dict[str, set[str]] = {}
+    for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+        for resource in statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]:
+            if "Fn::Join" in resource:
+                att, suffix = resource["Fn::Join"][1]
+                bucket = "models" if att["Fn::GetAtt"][0].startswith("StorageModelsBucket") else "cache"
+                objects.setdefault(f"{bucket}{suffix}", set()).update(statement["Action"])
+    assert {k: any(a.startswith("s3:Put") for a in v) for k, v in objects.items()} == {
+        "models/org/m/abc/*": False, "cache/neuron-2.28.0/org/m/abc/tp8/*": True}
+
+
 def test_staging_can_upload_but_never_delete(grants: tuple[set[str], set[str]]) -> None:
     _, staging = grants
     assert {"s3:PutObject", "s3:Abort*", "s3:GetObject*", "kms:GenerateDataKey*", "kms:Encrypt"} <= staging

@@ -105,6 +105,7 @@ def serving_values(
     hf_token_secret: str,
     serving_service_account: str = "gennstack-serving",
     staging_service_account: str = "gennstack-staging",
+    compile_service_account: str = "gennstack-compile",
     staged: Mapping[str, StagedGate] | None = None,
 ) -> dict[str, Any]:
     """The chart's values for ``config``'s enabled generations.
@@ -130,6 +131,8 @@ def serving_values(
         "serviceAccounts": {
             "serving": {"name": serving_service_account},
             "staging": {"name": staging_service_account},
+            # A name prefix: one account per Neuron generation, `<name>-inf2`, `<name>-trn2`.
+            "compile": {"name": compile_service_account},
         },
         # The chart's default for a generation without its own neuronRelease; each Neuron
         # generation below passes its own (the support matrix's, or its configured image's).

@@ -119,10 +119,15 @@ class ModelStorage(Construct):
             bucket.grant_read(grantee)
 
     def grant_staging_write(self, grantee: iam.IGrantable) -> None:
-        """Read and upload (never delete) weights and compiled artifacts. What staging jobs get.
+        """Read and upload (never delete) model weights. What the stage Jobs get: they copy from the
+        Hub and run no model code. Versioning keeps an overwritten object restorable."""
+        self.models_bucket.grant_read(grantee)
+        self.models_bucket.grant_put(grantee)
 
-        Versioning keeps an overwritten object restorable, so a staging job cannot destroy data.
-        """
-        for bucket in self.buckets:
-            bucket.grant_read(grantee)
-            bucket.grant_put(grantee)
+    def grant_compile_write(self, grantee: iam.IGrantable, *, model_prefix: str, compile_prefix: str) -> None:
+        """Read one model revision's weights and read and upload (never delete) one compiled artifact
+        set: what one Neuron generation's compile Jobs get, whose pod runs the model's code. Listing
+        stays bucket-wide (key names only), so a missing key reads as 404, not 403."""
+        self.models_bucket.grant_read(grantee, f"{model_prefix}*")
+        self.compile_cache_bucket.grant_read(grantee, f"{compile_prefix}*")
+        self.compile_cache_bucket.grant_put(grantee, f"{compile_prefix}*")

@@ -15,21 +15,25 @@ from gennstack_infra.components.cluster import acknowledge_chart_asset_read
 from gennstack_infra.paths import ASSETS
 from gennstack_infra.components.model_storage import ModelStorage
 from gennstack.config import GenNStackConfig
-from gennstack.serving.values import serving_values
+from gennstack.serving.values import compile_cache_prefixes, model_prefixes, serving_values
 
 CHART_DIR = ASSETS / "charts" / "gennstack-serving"
 INF2_IMAGE_DIR = ASSETS / "images" / "inf2-ray-serve"
 MULTI_NODE_IMAGE_DIR = ASSETS / "images" / "g6e-vllm-ray"
 SERVING_SERVICE_ACCOUNT = "gennstack-serving"
 STAGING_SERVICE_ACCOUNT = "gennstack-staging"
+# A name prefix: the chart names one account per Neuron generation, `gennstack-compile-inf2`, `-trn2`.
+COMPILE_SERVICE_ACCOUNT = "gennstack-compile"
 
 
 class Serving(Construct):
     """Installs ``assets/charts/gennstack-serving`` with values from ``serving_values``.
 
-    Serving pods get a role that can only read the models and compile-cache buckets; staging Jobs
-    get one that can also upload (never delete) and read the Hugging Face token. Both through EKS
-    Pod Identity, bound to the chart's service accounts. The token itself never appears in the
+    Serving pods get a role that can only read the models and compile-cache buckets; the stage Jobs
+    get one that can also upload (never delete) weights and read the Hugging Face token; each Neuron
+    generation's compile Jobs, whose pods run the model's code, one that reads that generation's model
+    and reads and uploads only its compile-cache prefix (docs/security.md). All through EKS Pod
+    Identity, bound to the chart's service accounts. The token itself never appears in the
     template or the chart's values: the stack creates the secret with a random placeholder, you put
     the token in once (README), and the staging Job reads it at run time.
     """
@@ -63,6 +67,7 @@ class Serving(Construct):
         storage.grant_serving_read(self.serving_role)
         storage.grant_staging_write(self.staging_role)
         self.hf_token.grant_read(self.staging_role)
+        self.compile_roles = self._compile_roles(config, storage)
         self.associations = [
             eks.CfnPodIdentityAssociation(
                 self,
@@ -75,6 +80,8 @@ class Serving(Construct):
             for role_id, role, service_account in (
                 ("Serving", self.serving_role, SERVING_SERVICE_ACCOUNT),
                 ("Staging", self.staging_role, STAGING_SERVICE_ACCOUNT),
+                *((f"Compile{name.capitalize()}", role, f"{COMPILE_SERVICE_ACCOUNT}-{name}")
+                  for name, role in self.compile_roles.items()),
             )
         ]
         values = serving_values(
@@ -86,6 +93,7 @@ class Serving(Construct):
             hf_token_secret=self.hf_token.secret_arn,
             serving_service_account=SERVING_SERVICE_ACCOUNT,
             staging_service_account=STAGING_SERVICE_ACCOUNT,
+            compile_service_account=COMPILE_SERVICE_ACCOUNT,
         )
         # KubeRay needs Ray Serve in every gen1-inf2 pod; the Neuron vLLM DLC's own Ray cannot take it.
         # CDK builds the DLC plus Ray Serve in its own environment at deploy time (Docker on the
@@ -115,7 +123,19 @@ class Serving(Construct):
         )
         for association in self.associations:
             self.chart.node.add_dependency(association)
-        self._acknowledge(cluster)
+        self._acknowledge(cluster, config)
+
+    def _compile_roles(self, config: GenNStackConfig, storage: ModelStorage) -> dict[str, iam.Role]:
+        """One role per enabled Neuron generation for its compile Jobs: its model's weights (read) and its
+        compile-cache prefix (read, upload), the keys gennstack.serving.values gives the chart too."""
+        models = model_prefixes(config)
+        roles: dict[str, iam.Role] = {}
+        for name, prefix in compile_cache_prefixes(config, config.serving).items():
+            role = self._pod_role(f"Compile{name.capitalize()}Role",
+                                  f"{name} compile Jobs: read its model, upload its compiled artifacts only")
+            storage.grant_compile_write(role, model_prefix=models[name], compile_prefix=prefix)
+            roles[name] = role
+        return roles
 
     def _pod_role(self, construct_id: str, description: str) -> iam.Role:
         role = iam.Role(
@@ -127,26 +147,25 @@ class Serving(Construct):
         )
         return role
 
-    def _acknowledge(self, cluster: eks.Cluster) -> None:
+    def _acknowledge(self, cluster: eks.Cluster, config: GenNStackConfig) -> None:
         acknowledge_chart_asset_read(cluster)
         reason = (
-            "CDK's bucket grants: object-level wildcards under the two model buckets only (the serving role "
-            "reads, the staging role reads and uploads but never deletes), and KMS actions on the buckets' one key."
+            "CDK's bucket grants: object-level wildcards under the model buckets only (the serving role reads, "
+            "the staging role reads and uploads weights, each compile role reads its model and reads and uploads "
+            "its own compile-cache prefix; none deletes), and KMS actions on the buckets' one key."
         )
-        for role in (self.serving_role, self.staging_role):
+        models, cache = "<ModelStorageModelsBucket2AA7EB86.Arn>", "<ModelStorageCompileCacheBucket619E16CC.Arn>"
+        read = ("Action::s3:GetObject*", "Action::s3:GetBucket*", "Action::s3:List*")
+        write = ("Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*", "Action::s3:Abort*")
+        findings: list[tuple[iam.Role, tuple[str, ...]]] = [
+            (self.serving_role, (*read, f"Resource::{models}/*", f"Resource::{cache}/*")),
+            (self.staging_role, (*read, *write, f"Resource::{models}/*")),
+        ]
+        compiled, weights = compile_cache_prefixes(config, config.serving), model_prefixes(config)
+        for name, role in self.compile_roles.items():
+            findings.append((role, (*read, *write, f"Resource::{models}/{weights[name]}*",
+                                    f"Resource::{cache}/{compiled[name]}*")))
+        for role, ids in findings:
             Validations.of(role.node.find_child("DefaultPolicy")).acknowledge(
-                *[
-                    Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason)
-                    for finding in (
-                        "Action::s3:GetObject*",
-                        "Action::s3:GetBucket*",
-                        "Action::s3:List*",
-                        "Action::kms:GenerateDataKey*",
-                        "Action::kms:ReEncrypt*",
-                        "Action::s3:Abort*",
-                        "Resource::<ModelStorageModelsBucket2AA7EB86.Arn>/*",
-                        "Resource::<ModelStorageCompileCacheBucket619E16CC.Arn>/*",
-                    )
-                ]
+                *[Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason) for finding in ids]
             )
-

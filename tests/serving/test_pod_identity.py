@@ -189,6 +189,35 @@ def test_compile_upload_pushes_the_artifacts_then_the_marker(moto, agent, render
     assert "neuron/e/" in kube_api.configmaps[(NAMESPACE, "gen1-inf2-staged")]["data"].values()
 
 
+def test_compile_upload_refuses_a_link_out_of_the_artifacts(moto, agent, rendered, kube_api, tmp_path) -> None:
+    """The compile container (the model's code) writes the artifacts and has no credentials; the
+    upload has them. A link it left pointing at the upload's own token (or any file outside the
+    artifacts) must not be copied to S3, where every server could read it: nothing is uploaded."""
+    container = workload(rendered, "gen1-inf2-compile", "upload")
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, COMPILE_PREFIX="neuron/link/", **kube_api.env))
+    compiled = Path(env["COMPILED_DIR"])
+    compiled.mkdir(parents=True)
+    (compiled / "model.pt").write_bytes(b"n" * 100)
+    (compiled / "same.pt").symlink_to(compiled / "model.pt")  # inside the artifacts: harmless
+    secret = tmp_path / "eks-pod-identity-token"
+    secret.write_text(TOKEN)
+    (compiled / "weights").mkdir()
+    (compiled / "weights" / "tp0.safetensors").symlink_to(secret)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "compiled").touch()
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 1
+    assert f"refusing to upload {compiled / 'weights' / 'tp0.safetensors'}: a link to {secret.resolve()}" in proc.stderr
+    assert "Contents" not in moto.client("s3").list_objects_v2(Bucket=COMPILE_BUCKET, Prefix="neuron/link/")
+    (compiled / "weights" / "tp0.safetensors").unlink()
+    proc = run(container, env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    s3 = moto.client("s3")
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=COMPILE_BUCKET, Prefix="neuron/link/")["Contents"]}
+    assert keys == {"neuron/link/model.pt", "neuron/link/same.pt", "neuron/link/.gennstack-complete"}
+
+
 # --- staging (files/stage.py in the vLLM image) -----------------------------------------------
 
 # Stand-ins for the real encodings; their sha256 is what stage.py must accept for them.

@@ -252,14 +252,15 @@ def test_no_secret_in_values_or_rendered_output(rendered_all) -> None:
 
 def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(rendered_all) -> None:
     accounts = {o["metadata"]["name"] for o in rendered_all if o["kind"] == "ServiceAccount"}
-    assert accounts == {"gennstack-serving", "gennstack-staging"}
+    assert accounts == {"gennstack-serving", "gennstack-staging", "gennstack-compile-inf2", "gennstack-compile-trn2"}
     for obj in rendered_all:
         for label, spec in pod_specs(obj).items():
             if label == "gen1-inf2-redis":  # talks to no API: no account token at all
                 assert spec["automountServiceAccountToken"] is False and "serviceAccountName" not in spec
                 continue
-            writes = obj["kind"] == "Job"
-            assert spec["serviceAccountName"] == ("gennstack-staging" if writes else "gennstack-serving"), label
+            compiles = re.match(r"gen\d-(\w+)-compile-", label)
+            writes = "gennstack-staging" if obj["kind"] == "Job" else "gennstack-serving"
+            assert spec["serviceAccountName"] == (f"gennstack-compile-{compiles[1]}" if compiles else writes), label
     # The serving account's only Kubernetes permission is patching pods (do-not-disrupt release),
     # narrowed to its own pod by the ValidatingAdmissionPolicy (tests/serving/test_serving_availability.py).
     by_name = named(rendered_all)
@@ -268,20 +269,26 @@ def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(render
     binding = by_name[("RoleBinding", "gennstack-serving-release-do-not-disrupt")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gennstack-serving", "namespace": NAMESPACE}]
     # The staging account's only Kubernetes permissions: releasing its compile Jobs (test_compile_gate.py)
-    # and recording what it staged in the staged markers (test_staged_gate.py).
+    # and recording what it staged in the staged markers (test_staged_gate.py); a compile account's,
+    # recording its artifacts in its own generation's marker (tests/serving/test_compile_identity.py).
     assert {name for kind, name in by_name if kind in ("Role", "RoleBinding")} == {
-        "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs", "gennstack-serving-staged-markers"}
+        "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs", "gennstack-serving-staged-markers",
+        "gen1-inf2-compile-marker", "gen2-trn2-compile-marker"}
 
 
 def test_service_account_names_come_from_values() -> None:
-    values = cdk_values(serving_service_account="llm-read", staging_service_account="llm-write")
+    values = cdk_values(serving_service_account="llm-read", staging_service_account="llm-write",
+                        compile_service_account="llm-compile")
     values["staging"]["enabled"] = True
     objects = helm.render(CHART, values, namespace=NAMESPACE)
-    assert {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"} == {"llm-read", "llm-write"}
+    assert {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"} == {
+        "llm-read", "llm-write", "llm-compile-inf2", "llm-compile-trn2"}
     for obj in objects:
         for label, spec in pod_specs(obj).items():
             if label != "gen1-inf2-redis":
-                assert spec["serviceAccountName"] == ("llm-write" if obj["kind"] == "Job" else "llm-read")
+                compiles = re.match(r"gen\d-(\w+)-compile-", label)
+                writes = "llm-write" if obj["kind"] == "Job" else "llm-read"
+                assert spec["serviceAccountName"] == (f"llm-compile-{compiles[1]}" if compiles else writes)
 
 
 # --- accelerators and placement --------------------------------------------------------------

@@ -105,7 +105,8 @@ def test_serving_values_shape() -> None:
     values = cdk_values()
     assert values["aws"] == {"region": "eu-west-1"}
     assert values["buckets"] == {"models": "gennstack-models-1a2b", "compileCache": "gennstack-compile-cache-1a2b"}
-    assert values["serviceAccounts"] == {"serving": {"name": "gennstack-serving"}, "staging": {"name": "gennstack-staging"}}
+    assert values["serviceAccounts"] == {"serving": {"name": "gennstack-serving"}, "staging": {"name": "gennstack-staging"},
+                                        "compile": {"name": "gennstack-compile"}}
     assert values["staging"]["enabled"] is False
     assert values["inf2"]["neuronChips"] == 12 and values["trn2"]["neuronChips"] == 16
     assert values["inf2"]["modelId"] == "meta-llama/Meta-Llama-3-70B-Instruct"

@@ -195,7 +195,8 @@ def test_the_markers_and_a_patch_only_role_on_exactly_them() -> None:
     binding = kind(objects, "RoleBinding", ROLE)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROLE}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gennstack-staging", "namespace": NAMESPACE}]
-    # Every Job that records (stage, compile upload) names its marker and mounts the account token.
+    # Every Job that records (stage, compile upload) names its marker and mounts the account token
+    # (a compile Job's upload alone in its pod: tests/serving/test_compile_identity.py).
     specs = pod_specs(objects)
     for gen, pool in SERVERS.items():
         stage = specs[f"{pool}-stage"]
@@ -204,7 +205,9 @@ def test_the_markers_and_a_patch_only_role_on_exactly_them() -> None:
         if gen != "g6e":
             compile_spec = specs[f"{pool}-compile"]
             [upload] = compile_spec["containers"]
-            assert compile_spec["automountServiceAccountToken"] is True
+            assert compile_spec["automountServiceAccountToken"] is False
+            assert {"name": "kube-api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                    "readOnly": True} in upload["volumeMounts"]
             assert {"name": "STAGED_CONFIGMAP", "value": STAGED_MARKERS[gen]} in upload["env"]
 
 

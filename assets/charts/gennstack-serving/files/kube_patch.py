@@ -117,8 +117,9 @@ def mark_staged(configmap: str, kind: str, prefix: str, *, account_dir: str, hos
                           attempts=attempts, sleep=sleep, log=log)
     except Refused as exc:
         raise RuntimeError(
-            f"could not record {prefix} in ConfigMap {configmap}: {exc}. The staging ServiceAccount needs patch on "
-            f"configmaps/{configmap} (Role {MARKER_ROLE}), and the chart creates that ConfigMap; what is staged "
+            f"could not record {prefix} in ConfigMap {configmap}: {exc}. The Job's ServiceAccount needs patch on "
+            f"configmaps/{configmap} (Role {MARKER_ROLE} for the stage Jobs, <pool>-compile-marker for a compile "
+            "Job's upload), and the chart creates that ConfigMap; what is staged "
             "stays in S3, so once that is fixed a re-run only records it.") from None
     except Unreachable as exc:
         raise RuntimeError(f"could not record {prefix} in ConfigMap {configmap}: {exc}") from None

@@ -138,6 +138,12 @@ def push(s3: Any, src: Path, bucket: str, prefix: str, concurrency: int, log: Ca
     same size), then write the marker. Returns the bytes uploaded."""
     from boto3.s3.transfer import create_transfer_manager
 
+    # The compile (the model's code, without credentials) wrote src: a link out of it would make this
+    # upload, which has credentials, copy another file of its container (its tokens) to S3.
+    root = src.resolve()
+    for path in src.rglob("*"):
+        if path.is_symlink() and root not in path.resolve().parents:
+            raise SyncError(f"refusing to upload {path}: a link to {path.resolve()}, outside {src}")
     remote = listing(s3, bucket, prefix)
     files = sorted(p for p in src.rglob("*") if p.is_file())
     if not files:

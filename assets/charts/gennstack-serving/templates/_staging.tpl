@@ -90,11 +90,20 @@ metadata:
   annotations:
     # A compile takes up to an hour: never consolidate its node away.
     karpenter.sh/do-not-disrupt: "true"
+    # The compile container runs the model's code: EKS Pod Identity's webhook gives a skipped
+    # container neither its token volume nor AWS_CONTAINER_* (aws/amazon-eks-pod-identity-webhook
+    # pkg/handler/handler.go getContainersToSkip, in both its IRSA and container-credentials modes).
+    # A second line: the account's role can write only this generation's compile-cache prefix.
+    eks.amazonaws.com/skip-containers: compile
 spec:
   restartPolicy: Never
-  serviceAccountName: {{ $root.Values.serviceAccounts.staging.name }}
-  # The upload records the compiled artifacts in the staged marker with this account's token.
-  automountServiceAccountToken: true
+  # One account per Neuron generation (gennstack-serving.compileServiceAccount): its role reads this
+  # generation's model and writes only its compile-cache prefix; it cannot read the Hugging Face
+  # token or write the models bucket (gennstack_infra/components/serving.py).
+  serviceAccountName: {{ include "gennstack-serving.compileServiceAccount" $compile }}
+  # No Kubernetes token in every container: only the upload, which records the compiled artifacts in
+  # the staged marker, mounts one (volume kube-api-token).
+  automountServiceAccountToken: false
   priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
   {{- include "gennstack-serving.podSecurity" $compile | nindent 2 }}
   # Never spot (on-demand or reserved): a spot reclaim mid-compile must not leave a half-written artifact set.
@@ -135,7 +144,7 @@ spec:
           value: {{ $gen.compilePrefix | quote }}
         - name: COMPILED_DIR
           value: {{ include "gennstack-serving.compiledDir" $compile | quote }}
-        # Where the upload records the compiled artifacts (Role gennstack-serving-staged-markers).
+        # Where the upload records the compiled artifacts (Role <pool>-compile-marker, templates/staging.yaml).
         - name: STAGED_CONFIGMAP
           value: {{ include "gennstack-serving.stagedConfigMap" $gen | quote }}
       resources:
@@ -155,8 +164,34 @@ spec:
         - name: work
           mountPath: /work
           readOnly: true
+        - name: kube-api-token
+          mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+          readOnly: true
   volumes:
     {{- include "gennstack-serving.volumes" $compile | nindent 4 }}
+    # What the ServiceAccount admission plugin would mount in every container (a bound token, the
+    # cluster's CA, the namespace: kubernetes plugin/pkg/admission/serviceaccount), for the upload only.
+    - name: kube-api-token
+      projected:
+        sources:
+          - serviceAccountToken:
+              path: token
+              expirationSeconds: 3607
+          - configMap:
+              name: kube-root-ca.crt
+              items:
+                - key: ca.crt
+                  path: ca.crt
+          - downwardAPI:
+              items:
+                - path: namespace
+                  fieldRef:
+                    fieldPath: metadata.namespace
+{{- end }}
+
+{{/* The compile Jobs' ServiceAccount of a Neuron generation: `<serviceAccounts.compile.name>-<gen>`. */}}
+{{- define "gennstack-serving.compileServiceAccount" -}}
+{{- printf "%s-%s" .root.Values.serviceAccounts.compile.name .gen.name }}
 {{- end }}
 
 {{/* `<pool>-compile-<hash>` of a Neuron generation. Call with (dict "root" $ "gen" $gen). */}}
