@@ -358,7 +358,9 @@ topologySpreadConstraints:
   emptyDir: {}
 {{- /* The node's cache outlives the pod: only the servers' and warm spares' sync-from-s3 fills it
 (the servers mount it read-only). A compile Job, which runs the model's code, copies into a cache
-of its own that goes with its pod. */}}
+of its own that goes with its pod: an emptyDir under /var/lib/kubelet, on the same disk as the
+hostPath (inf2: the root volume; trn2: the NVMe RAID0, onto which the AMI bind-mounts
+/var/lib/kubelet, awslabs/amazon-eks-ami v20260714 templates/al2023/runtime/bin/setup-local-disks). */}}
 {{- if and .gen.neuron (ne .role "compile") }}
 - name: cache
   hostPath:
