@@ -4,8 +4,8 @@ where those rely on the real one.
 
 - Discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``) lists the
   kinds it is given, so helm can map every object of the chart (``helm template --dry-run=server``).
-- Jobs, ConfigMaps and Deployments live in ``jobs``, ``configmaps``, ``deployments``
-  (``(namespace, name) -> object``); GET (and, for Jobs and ConfigMaps, PATCH) of one needs a known
+- Jobs, ConfigMaps, Deployments and Secrets live in ``jobs``, ``configmaps``, ``deployments``,
+  ``secrets`` (``(namespace, name) -> object``); GET (and, for Jobs and ConfigMaps, PATCH) of one needs a known
   bearer token (else 401) and RBAC: the token's user is "admin" or a ServiceAccount bound to a Role
   whose rule allows that verb on that resource in its group for that name (else 403 with the API
   server's wording, before the object is looked up). Rules are evaluated as Kubernetes does
@@ -74,6 +74,7 @@ class FakeKubeApi:
     bindings: list[dict[str, Any]] = field(default_factory=list)  # rendered RoleBinding objects, likewise
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # served to GET only
+    secrets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # served to GET only (helm's lookup)
     configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     faults: list[int] = field(default_factory=list)  # statuses the next PATCHes answer instead (503: overloaded)
@@ -114,9 +115,10 @@ class FakeKubeApi:
             return self._send(h, seen, 404, _status(404, f"{path} not found", "NotFound"))
         group, resource, namespace, name = target
         qualified = f"{resource}.{group}" if group else resource
-        store = {("batch", "jobs"): self.jobs, ("", "configmaps"): self.configmaps, ("apps", "deployments"): self.deployments}[(group, resource)]
+        store = {("batch", "jobs"): self.jobs, ("", "configmaps"): self.configmaps, ("apps", "deployments"): self.deployments,
+                 ("", "secrets"): self.secrets}[(group, resource)]
         verb = {"GET": "get", "PATCH": "patch"}.get(h.command)
-        if verb is None or (verb == "patch" and resource == "deployments"):  # deployments: helm's lookup only
+        if verb is None or (verb == "patch" and resource in ("deployments", "secrets")):  # helm's lookup only
             return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
         with self._lock:
             if verb == "patch" and self.faults:
@@ -142,8 +144,8 @@ class FakeKubeApi:
         """``(group, resource, namespace, name)`` of a namespaced object path this fake serves."""
         parts = path.split("/")
         # ['', 'api', 'v1', 'namespaces', ns, 'configmaps', name]
-        if len(parts) == 7 and parts[1:4] == ["api", "v1", "namespaces"] and parts[5] == "configmaps":
-            return "", "configmaps", parts[4], parts[6]
+        if len(parts) == 7 and parts[1:4] == ["api", "v1", "namespaces"] and parts[5] in ("configmaps", "secrets"):
+            return "", parts[5], parts[4], parts[6]
         # ['', 'apis', <group>, 'v1', 'namespaces', ns, <resource>, name]
         if len(parts) == 8 and parts[1] == "apis" and parts[3:5] == ["v1", "namespaces"] and \
                 (parts[2], parts[6]) in (("batch", "jobs"), ("apps", "deployments")):
@@ -212,7 +214,7 @@ def write_kubeconfig(path: Any, *, server: str, ca_b64: str, namespace: str, tok
 
 def install(api: FakeKubeApi, rendered: list[dict[str, Any]], namespace: str, release: str = "gennstack") -> None:
     """What `helm install` of ``rendered`` leaves for the fake to enforce and serve: its Roles and
-    RoleBindings, and its ConfigMaps (as the API server returns them, in ``namespace``, with the
+    RoleBindings, and its ConfigMaps and Secrets (as the API server returns them, in ``namespace``, with the
     ownership annotations helm v4 sets and checks before it adopts an existing object:
     pkg/action/validate.go checkOwnership)."""
     for obj in rendered:
@@ -226,6 +228,8 @@ def install(api: FakeKubeApi, rendered: list[dict[str, Any]], namespace: str, re
             api.bindings.append(obj)
         elif obj["kind"] == "ConfigMap":
             api.configmaps[(namespace, obj["metadata"]["name"])] = obj
+        elif obj["kind"] == "Secret":
+            api.secrets[(namespace, obj["metadata"]["name"])] = obj
 
 
 def service_account_dir(root: Any, *, token: str, namespace: str, ca_file: str) -> Any:

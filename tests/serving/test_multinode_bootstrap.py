@@ -13,6 +13,10 @@ LwsLeaderAddress "LWS_LEADER_ADDRESS", LwsGroupSize "LWS_GROUP_SIZE", LwsWorkerI
 "LWS_WORKER_INDEX"; set on every container by pkg/utils/pod/pod_utils.go AddLWSVariables, the worker
 index 0 for the leader).
 
+The group runs with Ray's token authentication on, as the chart starts it (RAY_AUTH_MODE=token and
+RAY_AUTH_TOKEN, tests/serving/test_ray_auth.py): the worker joins and vLLM attaches with the token,
+and a client without it is refused by the group's GCS.
+
 No wall-clock asserts: every wait is for an event (a log line, a file, an exit) with a generous bound.
 """
 
@@ -137,6 +141,9 @@ def group(tmp_path: Path):
         "FAKE_VLLM_FLAGS": json.dumps(sorted(VLLM_0_29_0_FLAGS)),
         "FAKE_VLLM_BACKENDS": json.dumps(sorted(VLLM_0_29_0_EXECUTOR_BACKENDS)),
         "FAKE_VLLM_RECORD": str(tmp_path / "record.json"),
+        # What the chart gives every member (templates/_multinode.tpl, the token from its Secret).
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": "a" * 32 + "b" * 32,
     }
     base.pop("RAY_ADDRESS", None)
     members: list[Member] = []
@@ -178,6 +185,14 @@ def test_leader_waits_for_the_group_then_runs_vllm_on_it_and_a_leaving_member_ta
     assert not {"VLLM_ARGS", "RAY_START_ARGS", "GROUP_TIMEOUT_SECONDS"} & set(seen["env"])
     url = f"http://127.0.0.1:{env['HTTP_PORT']}/health"
     assert wait_for(lambda: _status(url) == 200, 60)
+    # vLLM (the group's Ray driver) carries the token; a client without it is refused by the head.
+    assert {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN"} <= set(seen["env"])
+    unauthenticated = {k: v for k, v in env.items() if not k.startswith("RAY_AUTH_")}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; from ray._raylet import GcsClient; "
+         "print(len(GcsClient(address=sys.argv[1]).get_all_node_info(timeout=10)), 'nodes')", seen["ray_address"]],
+        env=unauthenticated, capture_output=True, text=True, timeout=120)
+    assert probe.returncode != 0 and "InvalidAuthToken" in probe.stderr, probe.stdout + probe.stderr
 
     # The worker pod stops (its node reclaimed): it leaves Ray cleanly and exits 0; the leader sees the
     # group broken, stops vLLM and exits non-zero, so LWS recreates the whole group.

@@ -82,7 +82,7 @@ def test_a_stage_job_and_a_marker_of_its_own_and_the_role_may_patch_it() -> None
     # The leaders stream from exactly the prefix the Job stages.
     [lws] = [o for o in objects if o["kind"] == "LeaderWorkerSet" and o["metadata"]["name"] == "gen3-g6e-multinode"]
     leader = lws["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
-    args = json.loads({e["name"]: e["value"] for e in leader["env"]}["VLLM_ARGS"])
+    args = json.loads({e["name"]: e.get("value") for e in leader["env"]}["VLLM_ARGS"])
     assert args[args.index("--model") + 1] == f"s3://models/{PREFIX}"
 
 

@@ -23,6 +23,13 @@ worker: waits until the leader's Ray port accepts connections, then joins (``ray
 --block``) and stays until its Ray node ends, which is a failure (exit non-zero) unless the pod was
 told to stop (SIGTERM: exit 0).
 
+Both roles refuse to start Ray without token authentication: RAY_AUTH_MODE=token and a non-empty
+RAY_AUTH_TOKEN (the chart's Secret). Ray 2.60.0 leaves authentication off unless RAY_AUTH_MODE says
+token (python/ray/_private/authentication/authentication_token_setup.py,
+maybe_enable_token_auth_if_token_available, called by ``ray start``), and then refuses every GCS call
+and dashboard API call without the token; a head without it runs any job from any pod that reaches
+its port.
+
 Every child runs in its own session and is killed with its whole process group on exit, so no Ray
 daemon outlives the script (``ray stop`` would stop every Ray on the host, not only this one's).
 
@@ -30,7 +37,8 @@ daemon outlives the script (``ray stop`` would stop every Ray on the host, not o
 
 Environment beyond LWS's: VLLM_ARGS (leader), RAY_PORT (6379), GROUP_TIMEOUT_SECONDS (900),
 WATCH_INTERVAL_SECONDS (5), RAY_START_ARGS (a JSON list appended to ``ray start``), RAY_CLI (the
-``ray`` executable), HTTP_HOST/HTTP_PORT (0.0.0.0:8000, vLLM's).
+``ray`` executable), HTTP_HOST/HTTP_PORT (0.0.0.0:8000, vLLM's); RAY_AUTH_MODE and RAY_AUTH_TOKEN
+(required, Ray's own names, passed on to Ray and vLLM).
 """
 
 from __future__ import annotations
@@ -73,6 +81,17 @@ def group(env: Mapping[str, str]) -> tuple[str, int, int]:
     if size < 2 or not 0 <= index < size:
         raise GroupError(f"{GROUP_SIZE}={size}, {WORKER_INDEX}={index}: allowed: size >= 2, 0 <= index < size")
     return env[LEADER_ADDRESS], size, index
+
+
+def require_auth(env: Mapping[str, str]) -> None:
+    """GroupError unless Ray's token authentication is on (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN set)."""
+    mode = env.get("RAY_AUTH_MODE", "")
+    if mode.lower() != "token":
+        raise GroupError(f"RAY_AUTH_MODE={mode!r}: allowed: token (without it the Ray head takes jobs from anybody "
+                         "who reaches its port)")
+    if not env.get("RAY_AUTH_TOKEN", "").strip():
+        raise GroupError("RAY_AUTH_MODE=token but RAY_AUTH_TOKEN is empty: the group's token Secret "
+                         "(<pool>-multinode-ray-auth, key auth_token) did not reach this pod")
 
 
 def ray_start(env: Mapping[str, str], *args: str) -> list[str]:
@@ -158,6 +177,7 @@ def lead(env: Mapping[str, str], stopping: list[bool]) -> int:
     _, size, index = group(env)
     if index != 0:
         raise GroupError(f"leader started with {WORKER_INDEX}={index}; the leader is worker 0")
+    require_auth(env)
     import ray
     import vllm_serve
 
@@ -207,6 +227,7 @@ def work(env: Mapping[str, str], stopping: list[bool]) -> int:
     leader, _, index = group(env)
     if index == 0:
         raise GroupError(f"worker started with {WORKER_INDEX}=0; that is the leader")
+    require_auth(env)
     port = int(env.get("RAY_PORT", "6379"))
     wait_for_port(leader, port, float(env.get("GROUP_TIMEOUT_SECONDS", "900")), stopping)
     if stopping[0]:

@@ -73,6 +73,17 @@ spec:
         {{- include "gennstack-serving.vllmUserEnv" $ctx | nindent 8 }}
         - name: RAY_USAGE_STATS_ENABLED
           value: "0"
+        # Ray token authentication (Ray 2.60: off unless RAY_AUTH_MODE=token, then every GCS and
+        # dashboard call needs RAY_AUTH_TOKEN; _private/authentication/authentication_token_setup.py,
+        # the names KubeRay v1.7.0 sets for gen1, utils/constant.go). The bootstrap refuses to start
+        # Ray without them; vLLM (the leader's Ray driver) inherits them.
+        - name: RAY_AUTH_MODE
+          value: token
+        - name: RAY_AUTH_TOKEN
+          valueFrom:
+            secretKeyRef:
+              name: {{ printf "%s-ray-auth" $gen.pool }}
+              key: auth_token
         - name: RAY_PORT
           value: {{ $m.rayPort | quote }}
         - name: GROUP_TIMEOUT_SECONDS
