@@ -120,6 +120,22 @@ MAX_EJECTION_PERCENT = 50
 # buildXdsOutlierDetection never sets it): the chart's EnvoyPatchPolicy adds it to each rule's cluster.
 UNEJECT_ON_PASSING_HEALTH_CHECK = False
 
+# The longest an upstream connection lives, in the cluster (BackendTrafficPolicy
+# timeout.http.maxConnectionDuration, which Envoy Gateway v1.8.3 writes into the cluster's
+# HttpProtocolOptions common_http_protocol_options.max_connection_duration:
+# internal/xds/translator/cluster.go) and locally. When it is reached Envoy stops putting requests on
+# the connection and closes it once its streams end: no stream is cut. Why: gen1-inf2's backend is one
+# ClusterIP Service in front of every worker's Serve proxy (proxy_location EveryNode), so Envoy pools
+# keep-alive connections to proxies it cannot tell apart; a draining pod leaves the Service (its
+# proxy's /-/healthz answers 503: Ray 2.60.0 serve/_private/proxy.py), but pooled connections would
+# keep bringing it new requests, and its proxy counts as drained only with no ongoing requests
+# (proxy.py is_drained), so the node never drained and SIGKILL cut what passed through it. Bounded,
+# the connections are replaced within this, and new ones go to ready proxies only (kube-proxy picks
+# an endpoint per connection). Budget (tests/gateway/test_gateway_connection_lifetime_e2e.py): the
+# readiness probe's 10 s, plus this, plus the proxy's 30 s minimum draining period, inside the drain
+# deadline of 85 s (spot grace 100 s less the 15 s preStop sleep).
+UPSTREAM_MAX_CONNECTION_S = 10
+
 
 def local_retry_after_s(requests: int, interval_s: float) -> int:
     """Seconds until Envoy's local token bucket (``requests`` per ``interval_s``, refilled

@@ -56,6 +56,7 @@ from gennstack.gateway.envoy_common import (
     MAX_EJECTION_PERCENT,
     MAX_HOSTS_PER_BACKEND,
     UNEJECT_ON_PASSING_HEALTH_CHECK,
+    UPSTREAM_MAX_CONNECTION_S,
     local_reply_config,
     local_retry_after_s,
     maglev_patch,
@@ -257,6 +258,8 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
                 "explicit_http_config": {"http_protocol_options": {}},
+                # As the cluster's BackendTrafficPolicy timeout.http.maxConnectionDuration.
+                "common_http_protocol_options": {"max_connection_duration": _duration(UPSTREAM_MAX_CONNECTION_S)},
                 "http_filters": upstream_filters,
             }
         },

@@ -11,7 +11,7 @@ from typing import Any
 from gennstack.gateway.config import FALLBACK_STATUS, PREFIX_KEY_HEADER, GatewayConfig, RoutingTable
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, MAX_EJECTION_PERCENT,
                                              OVERPROVISIONING_FACTOR, RATE_LIMIT_RESET_HEADER, UNEJECT_ON_PASSING_HEALTH_CHECK,
-                                             local_reply_config)
+                                             UPSTREAM_MAX_CONNECTION_S, local_reply_config)
 from gennstack.gateway.lua import ACCEPTED_PATHS, prefix_key_script
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
@@ -194,6 +194,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "requestTimeout": _duration(resilience.request_timeout_s),
             "streamIdleTimeout": _duration(resilience.stream_idle_timeout_s),
             "dnsRefresh": _duration(DNS_REFRESH_S),
+            "maxConnectionDuration": _duration(UPSTREAM_MAX_CONNECTION_S),
             "healthCheck": {
                 "path": resilience.health_path,
                 "interval": _duration(resilience.health_interval_s),

@@ -89,6 +89,12 @@ retry:
 dns:
   dnsRefreshRate: {{ required "resilience.dnsRefresh" $r.dnsRefresh }}
   respectDnsTtl: true
+# Upstream connections are replaced after this (Envoy drains one: no new request on it, closed once
+# its streams end), so keep-alive connections to a ClusterIP (gen1's Serve proxies) stop reaching a
+# pod that left the Service (gennstack/gateway/envoy_common.py UPSTREAM_MAX_CONNECTION_S).
+timeout:
+  http:
+    maxConnectionDuration: {{ required "resilience.maxConnectionDuration" $r.maxConnectionDuration }}
 healthCheck:
   panicThreshold: 0
   active:
