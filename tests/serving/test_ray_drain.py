@@ -12,6 +12,9 @@ migrate_replicas_on_draining_nodes / _partition_groups_to_stop; ray/scripts/scri
 a PENDING_MIGRATION replica is stopped gracefully once ``deadline - graceful_shutdown_timeout_s``
 has come, which the chart's deadline (= graceful_shutdown_timeout_s) makes at once.
 
+The cluster runs with Ray's token authentication on (RAY_AUTH_MODE=token, RAY_AUTH_TOKEN), as
+gen1's does: the drain script reaches the GCS with the pod's token.
+
 Every count is by replica, from the responses and from each replica's own record of the requests
 it received; no assertion depends on how long anything took. Without ray installed the test
 skips, and fails under CI=true. The drill runs in a child pytest, the Ray driver (see the test), and
@@ -24,6 +27,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -204,6 +208,10 @@ def _get(port: int, req: str, hold: bool = False) -> dict:
 
 # Set in the child pytest that runs the drill (see the test): the Ray driver lives there.
 IN_CHILD = "GENNSTACK_RAY_DRAIN_CHILD"
+# The cluster runs with token authentication, as gen1's does (KubeRay v1.7.0 authOptions gives every
+# Ray container these two: tests/serving/test_ray_auth.py): the preStop's drain calls the GCS with
+# the pod's token, and the Serve proxy's HTTP needs none (the clients here send none).
+RAY_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
 def _gcs_aborts(tmp: Path) -> list[str]:
@@ -239,6 +247,7 @@ def test_drained_node_takes_no_new_request_and_finishes_its_own() -> None:
     it and leave pytest-xdist waiting on it for good. The child's failure, with the GCS's abort lines if
     it aborted, is this test's failure; only a run in which the GCS aborted is run once more."""
     if os.environ.get(IN_CHILD) == "1":
+        assert os.environ.get("RAY_AUTH_MODE") == "token" and os.environ.get("RAY_AUTH_TOKEN")
         with ray_cluster() as cluster:
             _drill(cluster)
         return
@@ -261,7 +270,7 @@ def _drill_in_child() -> tuple[subprocess.CompletedProcess, list[str]]:
         child = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
              f"{__file__}::test_drained_node_takes_no_new_request_and_finishes_its_own"],
-            env={**os.environ, IN_CHILD: "1", "DRAIN_TEST_TMP": str(short)}, cwd=str(Path(__file__).resolve().parents[2]),
+            env={**os.environ, IN_CHILD: "1", "DRAIN_TEST_TMP": str(short), **RAY_AUTH}, cwd=str(Path(__file__).resolve().parents[2]),
             capture_output=True, text=True, timeout=3 * PATIENCE_S + 2 * GRACE_S, check=False)
         return child, _gcs_aborts(short)
     finally:
