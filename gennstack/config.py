@@ -180,6 +180,9 @@ class ClusterConfig(StrictModel):
     control_plane_log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = 90
     # vCPU limit of Karpenter's general-purpose (CPU) NodePool.
     general_pool_max_vcpu: Annotated[int, Field(ge=0, le=1000)] = 64
+    # Default-deny NetworkPolicies in GenNStack's namespaces, then only the flows the system needs
+    # (gennstack/network_policy.py, docs/security.md). The VPC CNI enforces them (enableNetworkPolicy).
+    network_policies: bool = True
 
     @field_validator("public_endpoint_cidrs")
     @classmethod

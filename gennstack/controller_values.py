@@ -19,6 +19,7 @@ KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
 LBC_NAMESPACE = "kube-system"
 LBC_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+KUBERAY_NAMESPACE = "kuberay-system"
 
 
 def karpenter_values(*, cluster_name: str, queue_name: str, region: str) -> dict:

@@ -125,13 +125,15 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                          api_keys_secret_name: str, redis_secret_name: str = "", url_suffix: str = "amazonaws.com",
                          vpc_cidr: str = "10.0.0.0/16",  # the CDK ec2.Vpc default; the construct passes its VPC's
                          system_node_selector: dict[str, str] | None = None,
-                         system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
+                         system_tolerations: list[dict[str, str]] | None = None,
+                         network_policies: bool = True) -> dict[str, Any]:
     """Values of ``assets/charts/gennstack-gateway`` for the routing table of enabled models.
 
     ``region``, ``api_keys_secret_name``, ``redis_secret_name`` and ``url_suffix`` (the partition's
     DNS suffix) may be CDK tokens; they are names, never secret values. ``redis_secret_name`` is
     required when the rate limit is on. ``vpc_cidr`` (the VPC's CIDR, may be a token) is the internal
-    NLB's client range when ``allowed_cidrs`` is empty.
+    NLB's client range when ``allowed_cidrs`` is empty. ``network_policies``: the namespace's
+    default-deny NetworkPolicy (``cluster.network_policies``).
     """
     resilience = gateway.resilience
     lb = gateway.load_balancer
@@ -229,6 +231,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "remoteSecretName": redis_secret_name,
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         },
+        "networkPolicy": {"enabled": network_policies},
         "nodeSelector": dict(system_node_selector or {}),
         "tolerations": list(system_tolerations or []),
         "envoyPatches": envoy_patch_values(),

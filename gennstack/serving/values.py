@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from gennstack.config import ConfigError, GenerationConfig, GenNStackConfig
+from gennstack import network_policy
 from gennstack.instances import INSTANCE_TYPES
 from gennstack.observability.names import PROMETHEUS_URL
 from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn2Serving
@@ -140,6 +141,8 @@ def serving_values(
         "staging": {"enabled": serving.staging, "hfTokenSecret": hf_token_secret},
         # KEDA (gennstack/controller_values.py keda_values) scales gen2/gen3 on what GenNStack's Prometheus scrapes.
         "autoscaling": {"enabled": True, "prometheusUrl": PROMETHEUS_URL},
+        "networkPolicy": network_policy.serving_values(enabled=config.cluster.network_policies,
+                                                       vpc_cidr=config.network.vpc_cidr),
         "inf2": {**_model(gens.inf2, serving.inf2), "staged": gates["inf2"], **_inf2(serving.inf2, gens.inf2),
                  "neuronRelease": neuron_release("inf2", serving)},
         "trn2": {**_model(gens.trn2, serving.trn2), "staged": gates["trn2"], **_trn2(serving.trn2, gens.trn2),

@@ -128,7 +128,8 @@ class Gateway(Construct):
             values=gateway_values.gateway_chart_values(
                 gateway, self.table, region=Aws.REGION, api_keys_secret_name=self.api_keys_secret.secret_name,
                 redis_secret_name=self.redis_secret.secret_name if self.redis_secret else "",
-                url_suffix=Aws.URL_SUFFIX, vpc_cidr=cluster.vpc.vpc_cidr_block, **system),
+                url_suffix=Aws.URL_SUFFIX, vpc_cidr=cluster.vpc.vpc_cidr_block,
+                network_policies=config.cluster.network_policies, **system),
         )
         for upstream in self.charts.values():
             self.chart.node.add_dependency(upstream)

@@ -11,7 +11,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from gennstack_infra.components.cluster import pinned_chart
 from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
-from gennstack import versions
+from gennstack import network_policy, versions
 from gennstack.config import GenNStackConfig
 from gennstack.observability import alertmanager, manifests, names, rules
 from gennstack.observability import values as monitoring_values
@@ -114,7 +114,13 @@ class Monitoring(Construct):
             multi_node_pool=multi_node_pool))
         self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps(
             generations=generations, multi_node_pool=multi_node_pool))
-        for manifest in (self.scrape_targets, self.rules, self.dashboards):
+        manifests_after_kps = [self.scrape_targets, self.rules, self.dashboards]
+        if config.cluster.network_policies:
+            # Ingress to the monitoring namespace: from itself, KEDA (to Prometheus) and the API server (webhook).
+            self.network_policies = cluster.add_manifest("NetworkPolicies", *network_policy.monitoring_policies(
+                vpc_cidr=config.network.vpc_cidr, labels=names.MONITORING_LABEL))
+            manifests_after_kps.append(self.network_policies)
+        for manifest in manifests_after_kps:
             manifest.node.add_dependency(kps)
         self._receivers(cluster, monitoring, region=region, kps=kps, secrets_reader=secrets_reader,
                         secrets_controller=secrets_controller)

@@ -8,7 +8,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 from gennstack_infra.components.cluster import pinned_chart
 from gennstack import versions
-from gennstack.controller_values import lws_values, operator_values, serving_namespace_manifest
+from gennstack.controller_values import KUBERAY_NAMESPACE, lws_values, operator_values, serving_namespace_manifest
 
 class Operators(Construct):
     """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA; the LeaderWorkerSet
@@ -32,7 +32,7 @@ class Operators(Construct):
         namespaces = {
             versions.NEURON.name: "kube-system",
             versions.NVIDIA_DEVICE_PLUGIN.name: "kube-system",
-            versions.KUBERAY_OPERATOR.name: "kuberay-system",
+            versions.KUBERAY_OPERATOR.name: KUBERAY_NAMESPACE,
             versions.METRICS_SERVER.name: "kube-system",
             versions.KEDA.name: "keda",
         }
