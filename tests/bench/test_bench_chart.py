@@ -60,8 +60,10 @@ def objects(helm: Path, values: dict[str, str], *extra: str) -> dict[str, dict]:
 def test_renders_a_valid_job_and_serviceaccount(helm) -> None:
     objs = objects(helm, {**REQUIRED, "target.apiKeySecret.name": "gateway-key",
                           "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn": "arn:aws:iam::123456789012:role/bench"})
-    assert set(objs) == {"Job", "ServiceAccount"}
+    assert set(objs) == {"Job", "ServiceAccount", "NetworkPolicy"}
     job, sa = objs["Job"], objs["ServiceAccount"]
+    # The egress policy selects the Job's pod (its flows: tests/test_network_policies.py).
+    assert objs["NetworkPolicy"]["spec"]["podSelector"]["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert job["metadata"]["name"] == sa["metadata"]["name"] == "gen2-gennstack-bench"
     assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].endswith(":role/bench")
     labels = job["metadata"]["labels"]
@@ -118,10 +120,11 @@ def test_the_gateway_ca_is_mounted_and_passed(helm, bench_parser) -> None:
 def test_no_api_key_and_existing_serviceaccount(helm) -> None:
     proc = render(helm, {**REQUIRED, "serviceAccount.name": "bench-runner"}, "--set", "serviceAccount.create=false")
     docs = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    assert [d["kind"] for d in docs] == ["Job"]
-    container = docs[0]["spec"]["template"]["spec"]["containers"][0]
+    assert [d["kind"] for d in docs] == ["NetworkPolicy", "Job"]
+    job = docs[1]
+    container = job["spec"]["template"]["spec"]["containers"][0]
     assert "OPENAI_API_KEY" not in {e["name"] for e in container["env"]}
-    assert docs[0]["spec"]["template"]["spec"]["serviceAccountName"] == "bench-runner"
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == "bench-runner"
 
 
 @pytest.mark.parametrize("missing", sorted(REQUIRED))

@@ -468,7 +468,8 @@ def test_redis_password_and_network_policy(default_docs) -> None:
     for namespace in ("gennstack-gateway", "envoy-gateway-system"):
         secret = synced[(namespace, REDIS_AUTH_SECRET)]
         assert secret["spec"]["data"] == [{"secretKey": "password", "remoteRef": {"key": REDIS, "property": "password"}}]
-    (policy,) = docs["NetworkPolicy"]
+    # Beside the namespace's default-deny (tests/test_network_policies.py): Redis's own ingress policy.
+    (policy,) = [p for p in docs["NetworkPolicy"] if p["spec"]["podSelector"]]
     assert policy["spec"]["podSelector"]["matchLabels"] == redis["spec"]["selector"]["matchLabels"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]
