@@ -18,8 +18,8 @@ The peers' labels are the upstream controllers' own, at the pinned versions:
 * Prometheus Operator v0.93.0's Prometheus and Alertmanager pods (``pkg/prometheus/server/operator.go``
   and ``pkg/alertmanager/operator.go`` makeSelectorLabels: ``app.kubernetes.io/name: prometheus`` or
   ``alertmanager``, ``app.kubernetes.io/managed-by: prometheus-operator``);
-* kube-prometheus-stack 88.3.0's operator pod (``templates/prometheus-operator/deployment.yaml``:
-  ``app: kube-prometheus-stack-operator``), whose admission webhook listens on 10250
+* kube-prometheus-stack 88.3.0's operator pod (``templates/prometheus-operator/_prometheus-operator.tpl``:
+  ``app: kube-prometheus-stack-operator``, the chart's name, which GenNStack does not override), whose admission webhook listens on 10250
   (``prometheusOperator.tls.internalPort``) for the API server;
 * the KubeRay chart v1.7.0's operator pod (``helm-chart/kuberay-operator/templates/deployment.yaml``:
   ``app.kubernetes.io/name: kuberay-operator``);
@@ -35,9 +35,9 @@ import ipaddress
 from typing import Any
 
 from gennstack.controller_values import KUBERAY_NAMESPACE
+from gennstack.gateway.values import ENVOY_GATEWAY_NAMESPACE
 from gennstack.observability.names import MONITORING_NAMESPACE
 
-ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"  # gennstack.gateway.values.ENVOY_GATEWAY_NAMESPACE
 KEDA_NAMESPACE = "keda"
 PROXY_POD_LABELS = {"app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy", "app.kubernetes.io/managed-by": "envoy-gateway"}
 PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus", "app.kubernetes.io/managed-by": "prometheus-operator"}
