@@ -8,9 +8,14 @@ Pinned to LWS v0.10.0 (kubernetes-sigs/lws tag v0.10.0):
   "leaderworkerset.sigs.k8s.io/worker-index" (the leader's is "0", pkg/webhooks/pod_webhook.go),
   RestartPolicyType RecreateGroupOnPodRestart ("will recreate all the pods in the group if any pod
   in the group is recreated or any container restarts").
-* pkg/webhooks/pod_webhook.go SetExclusiveAffinities: with the annotation, every member gets a
-  required pod affinity to its own group (group-key In [its key]) and a required anti-affinity to
-  every other group (group-key Exists, NotIn [its key]), both on the annotation's topology key.
+* The exclusive-topology annotation is read from the LeaderWorkerSet object, never from a pod
+  template: pkg/controllers/pod_controller.go ``leaderWorkerSet.Annotations[ExclusiveKeyAnnotationKey]``
+  (the workers' StatefulSet waits for the leader's node and gets a nodeSelector on its zone,
+  setNodeSelectorForWorkerPods), and both controllers copy ``lws.Annotations[...]`` onto the pod
+  templates they build (leaderworkerset_controller.go, pod_controller.go). pkg/webhooks/pod_webhook.go
+  SetExclusiveAffinities then gives the leader (in its LeaderPod branch only) a required pod affinity
+  to its own group (group-key In [its key]) and a required anti-affinity to every other group
+  (group-key Exists, NotIn [its key]), both on the annotation's topology key.
 * pkg/utils/pod/pod_utils.go AddLWSVariables: LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX are
   added to every container ``if not exists``: the chart must not set them itself.
 """
@@ -61,9 +66,14 @@ def test_group_is_the_replica_recreated_whole_in_one_zone_on_distinct_nodes(obje
     template = lws["leaderWorkerTemplate"]
     assert lws["replicas"] == 1 and template["size"] == 2
     assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+    # On the LeaderWorkerSet object, which is where LWS reads it (pkg/controllers/pod_controller.go):
+    # on the pod templates alone the workers were never pinned to their leader's zone.
+    lws_annotations = objects[("LeaderWorkerSet", "gen3-g6e-multinode")]["metadata"]["annotations"]
+    assert lws_annotations[EXCLUSIVE_TOPOLOGY] == "topology.kubernetes.io/zone"
     for role in ("leaderTemplate", "workerTemplate"):
         pod = template[role]
-        assert pod["metadata"]["annotations"][EXCLUSIVE_TOPOLOGY] == "topology.kubernetes.io/zone"
+        # One place for it: LWS copies the object's value onto the pods it creates.
+        assert EXCLUSIVE_TOPOLOGY not in pod["metadata"]["annotations"]
         assert pod["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
         spec = pod["spec"]
         anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]

@@ -15,6 +15,26 @@ modelPrefix: {{ $m.modelPrefix }}
 {{- end }}
 
 {{/*
+The LeaderWorkerSet annotation that keeps each group in one zone and each zone to one group (the
+serving groups, templates/multinode-lws.yaml; the warm spares among themselves,
+templates/multinode-warm-spare.yaml). LWS v0.10.0 reads it from the LeaderWorkerSet object only, never
+from a pod template (kubernetes-sigs/lws v0.10.0):
+* pkg/controllers/pod_controller.go: `if topologyKey, found := leaderWorkerSet.Annotations[...]`: the
+  workers' StatefulSet is created only once the leader is scheduled, with a nodeSelector on the
+  leader node's value of the key (setNodeSelectorForWorkerPods).
+* pkg/controllers/leaderworkerset_controller.go (leader StatefulSet) and pod_controller.go (worker
+  StatefulSet) copy `lws.Annotations[ExclusiveKeyAnnotationKey]` onto the pods; pkg/webhooks/pod_webhook.go
+  then gives the leader (the leader only) a required pod affinity to its group (group-key In [own]) and
+  a required anti-affinity to any other group's pods (group-key Exists, NotIn [own]) on that key.
+On a pod template alone the leaders got the (anti-)affinity but the workers no zone at all: a group
+could span zones, and a stray worker, placed before the other leaders, could hold a zone one of them
+needed (one group per zone) and leave that group Pending.
+*/}}
+{{- define "gennstack-serving.exclusiveZone" -}}
+leaderworkerset.sigs.k8s.io/exclusive-topology: topology.kubernetes.io/zone
+{{- end }}
+
+{{/*
 The pod template of a multi-node group's leader or worker (templates/multinode-lws.yaml). Call with
 (dict "root" $ "ctx" $ctx "m" .Values.multiNode "role" "leader|worker" "args" (vLLM args) "cpu" "memory" "checksum").
 */}}
@@ -30,8 +50,8 @@ metadata:
     gennstack.io/multinode-role: {{ .role }}
     {{- include "gennstack-serving.stagedLabel" (dict "root" $root "gen" $staged) | nindent 4 }}
   annotations:
-    # One zone per group, one group per zone (LWS's pod webhook turns this into pod (anti-)affinity).
-    leaderworkerset.sigs.k8s.io/exclusive-topology: topology.kubernetes.io/zone
+    # One zone per group, one group per zone: the exclusive-topology annotation is on the
+    # LeaderWorkerSet itself (templates/multinode-lws.yaml), which LWS copies onto these pods.
     # Kept for the pod's life: Karpenter never consolidates or drifts a member away on its own,
     # since losing any member costs the whole replica. Spot reclaims still do (docs/serving.md).
     karpenter.sh/do-not-disrupt: "true"

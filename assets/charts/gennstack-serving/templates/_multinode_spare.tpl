@@ -9,9 +9,6 @@ metadata:
     {{- include "gennstack-serving.labels" $root | nindent 4 }}
     {{- include "gennstack-serving.selectorLabels" $ctx | nindent 4 }}
     {{- include "gennstack-serving.stagedLabel" (dict "root" $root "gen" .staged) | nindent 4 }}
-  annotations:
-    # Among spares only (this namespace): a spare group's members share a zone, one spare group a zone.
-    leaderworkerset.sigs.k8s.io/exclusive-topology: topology.kubernetes.io/zone
 spec:
   # Idle pods call no API: the namespace's default account, without a token.
   automountServiceAccountToken: false
