@@ -144,17 +144,53 @@ def serving_namespace_manifest(name: str, *, labels: dict[str, str] | None = Non
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
+# The LWS controller's pods (kubernetes-sigs/lws v0.10.0 charts/lws/templates/manager/deployment.yaml:
+# `control-plane: controller-manager` and lws.selectorLabels, name `lws` and instance the release,
+# which pinned_chart names after the chart).
+LWS_NAMESPACE = "lws-system"
+LWS_CONTROLLER_LABELS = {"control-plane": "controller-manager", "app.kubernetes.io/name": "lws",
+                         "app.kubernetes.io/instance": versions.LWS.name}
+LWS_REPLICAS = 2
+
+
 def lws_values() -> dict[str, Any]:
     """The LWS controller's chart values (kubernetes-sigs/lws v0.10.0 charts/lws/values.yaml: top-level
-    ``nodeSelector``, ``tolerations`` and ``resources`` of its one controller-manager Deployment): on the
-    system nodes, requesting 100m / 512Mi instead of the chart's 1 CPU / 1Gi, which a 2-vCPU system
-    node cannot spare (gennstack/system_capacity.py counts it while serving.multi_node is on). Its
-    webhook certificates come from its own cert controller (``enableCertManager`` false, the default)."""
+    ``replicaCount``, ``nodeSelector``, ``tolerations``, ``affinity`` and ``resources`` of its one
+    controller-manager Deployment): on the system nodes, requesting 100m / 512Mi instead of the chart's
+    1 CPU / 1Gi, which a 2-vCPU system node cannot spare (gennstack/system_capacity.py counts it while
+    serving.multi_node is on). Its webhook certificates come from its own cert controller
+    (``enableCertManager`` false, the default).
+
+    Two replicas on two nodes (``LWS_REPLICAS``; with ``lws_pdb_manifest``): the chart's webhooks
+    (templates/webhook/webhook.yaml) are ``failurePolicy: Fail`` on every LWS pod's CREATE (mpod.kb.io)
+    and on its CREATE and UPDATE (vpod.kb.io, objectSelector ``leaderworkerset.sigs.k8s.io/name``
+    Exists), so with the chart's one replica down (its node drained or replaced) no group pod can be
+    created and every patch of one (the drain label, a gate removal) is refused. The chart has no value
+    that scopes them. The webhook server runs in every replica, leader election only picks who
+    reconciles (charts/lws/templates/manager/configmap.yaml ``leaderElect: true``), and each replica runs
+    the internal cert rotator (pkg/cert/cert.go, no RequireLeaderElection) on the one Secret.
+    """
     return {
+        "replicaCount": LWS_REPLICAS,
         "nodeSelector": SYSTEM_NODE_SELECTOR,
         "tolerations": SYSTEM_TOLERATIONS,
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": dict(LWS_CONTROLLER_LABELS)}},
+        ]}},
         "resources": {"requests": {"cpu": "100m", "memory": "512Mi"}},
         "enableCertManager": False,
+    }
+
+
+def lws_pdb_manifest() -> dict[str, Any]:
+    """A PodDisruptionBudget for the LWS controller, which its v0.10.0 chart does not ship (no PDB under
+    charts/lws/templates): a drain of the system nodes evicts one replica at a time, so one keeps
+    serving the webhooks."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "lws-controller-manager", "namespace": LWS_NAMESPACE},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": dict(LWS_CONTROLLER_LABELS)}},
     }
 
 

@@ -259,7 +259,7 @@ def deployments(config: GenNStackConfig) -> list[Line]:
         Line("coredns", 2, d["coredns"].requests, d["coredns"].source),
     ]
     if config.serving.multi_node.enabled:
-        lines.append(Line("lws-controller-manager", 1, _requests(lws_values()["resources"]),
+        lines.append(Line("lws-controller-manager", lws_values()["replicaCount"], _requests(lws_values()["resources"]),
                           "gennstack/controller_values.py lws_values"))
     if config.gateway.rate_limit.enabled:
         lines += [

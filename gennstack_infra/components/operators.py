@@ -8,7 +8,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 from gennstack_infra.components.cluster import pinned_chart
 from gennstack import versions
-from gennstack.controller_values import KUBERAY_NAMESPACE, lws_values, operator_values, serving_namespace_manifest
+from gennstack.controller_values import (
+    KUBERAY_NAMESPACE, LWS_NAMESPACE, lws_pdb_manifest, lws_values, operator_values, serving_namespace_manifest)
 
 class Operators(Construct):
     """The Neuron and NVIDIA device plugins, the KubeRay operator, metrics-server and KEDA; the LeaderWorkerSet
@@ -62,6 +63,10 @@ class Operators(Construct):
             # The LeaderWorkerSet controller and its webhooks, only while serving.multi_node is on: its
             # webhook must admit the serving chart's LeaderWorkerSet, so it serves before that arrives.
             self.charts[versions.LWS.name] = pinned_chart(
-                self, "LeaderWorkerSet", cluster=cluster, chart=versions.LWS, namespace="lws-system",
+                self, "LeaderWorkerSet", cluster=cluster, chart=versions.LWS, namespace=LWS_NAMESPACE,
                 values=lws_values(), wait=True, timeout=Duration.minutes(10),
             )
+            # Two controller replicas, evicted one at a time (its chart ships no PDB); after the chart,
+            # which creates the namespace.
+            lws_pdb = cluster.add_manifest("LeaderWorkerSetControllerPdb", lws_pdb_manifest())
+            lws_pdb.node.add_dependency(self.charts[versions.LWS.name])

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from gennstack import versions
-from tests.support import ROOT, Synth, synthesize, unexpected_validation_findings
+from tests.k8s_schema import validate
+from tests.test_manifests import applied_objects
+from tests.support import ROOT, Synth, depends_on, synthesize, unexpected_validation_findings
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +40,31 @@ def test_the_lws_controller_is_installed_pinned_and_the_chart_gets_the_group(sco
         "lws", "oci://registry.k8s.io/lws/charts/lws", "0.10.0", "lws-system")
     serving = json.dumps(charts["gennstack-serving"]["Values"])
     assert "multiNode" in serving and "Llama-4-Scout-17B-16E-Instruct" in serving
+
+
+def test_the_lws_controller_survives_one_replica_down(scout: Synth) -> None:
+    """Two LWS controller replicas on two nodes, evicted one at a time. kubernetes-sigs/lws v0.10.0
+    charts/lws/templates/webhook/webhook.yaml: ``mpod.kb.io`` (pods CREATE) and ``vpod.kb.io`` (pods
+    CREATE, UPDATE) are ``failurePolicy: Fail`` for every pod with ``leaderworkerset.sigs.k8s.io/name``,
+    so with the chart's default ``replicaCount: 1`` (charts/lws/values.yaml) down, the drain label patch
+    and a gate removal on a group pod are refused. The chart ships no PodDisruptionBudget (nothing
+    under charts/lws/templates), so the stack adds one; its selector is the chart's pod labels
+    (templates/manager/deployment.yaml: ``control-plane: controller-manager`` and lws.selectorLabels,
+    ``app.kubernetes.io/name: lws``, ``app.kubernetes.io/instance: <release>``; the release is ``lws``)."""
+    charts = {k: c for k, c in scout.resources("Custom::AWSCDK-EKS-HelmChart").items()}
+    [(chart_id, lws)] = [(k, c) for k, c in charts.items() if c["Properties"]["Release"] == versions.LWS.name]
+    values = json.loads(lws["Properties"]["Values"]) if isinstance(lws["Properties"]["Values"], str) else lws["Properties"]["Values"]
+    pod_labels = {"control-plane": "controller-manager", "app.kubernetes.io/name": "lws", "app.kubernetes.io/instance": "lws"}
+    assert values["replicaCount"] == 2
+    assert values["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": pod_labels}}]
+    pdbs = [(k, o) for k, o in applied_objects(scout)
+            if o["kind"] == "PodDisruptionBudget" and o["metadata"].get("namespace") == "lws-system"]
+    [(pdb_id, pdb)] = pdbs
+    validate(pdb)
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}}
+    # After the chart, which creates lws-system.
+    assert depends_on(scout.template, pdb_id, chart_id)
 
 
 def test_cfn_lint_reports_nothing(scout: Synth) -> None:
