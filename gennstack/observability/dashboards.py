@@ -18,6 +18,7 @@ from typing import Any
 
 from gennstack.observability import names
 from gennstack.observability.rules import PRICE_RECORD
+from gennstack.observability.values import YACE_DELAY_SECONDS, YACE_REFRESH_SECONDS
 from gennstack.serving.config import Inf2Serving
 
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent.parent / "assets" / "dashboards"
@@ -318,8 +319,9 @@ def gateway_dashboard() -> dict[str, Any]:
 
 # The handler's CloudWatch metrics arrive through YACE in 5-minute buckets, one per refresh
 # (gennstack.observability.values.cloudwatch_exporter_config): each point is that bucket's total.
-YACE_BUCKET = ("Each point is the total of a 5-minute CloudWatch bucket that ended at least 2 minutes earlier "
-               "(YACE fetches one bucket per 5-minute refresh).")
+YACE_BUCKET = (f"Each point is the total of one {YACE_REFRESH_SECONDS // 60}-minute CloudWatch bucket, asked for with the "
+               f"window ending {YACE_DELAY_SECONDS // 60} minutes before the refresh so CloudWatch has its last datapoints "
+               f"(YACE fetches one bucket per {YACE_REFRESH_SECONDS // 60}-minute refresh).")
 
 
 def spot_dashboard() -> dict[str, Any]:

@@ -42,8 +42,12 @@ DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
 # cmd/yace/main.go at v0.67.0) and exports only the newest datapoint of each query
 # (pkg/clients/cloudwatch/client.go toMetricDataResult, pkg/promutil/migrate.go). The handler's
 # metrics are therefore asked for in one bucket as long as the refresh (period = length = refresh):
-# each exported Sum counts every event of its 5 minutes, once. DELAY: the bucket asked for ended
-# at least this long ago, so CloudWatch has ingested the handler's last datapoints of it.
+# each exported Sum counts every event of its 5 minutes, once. DELAY: the query window ends this
+# long before each refresh, so CloudWatch has ingested the handler's last datapoints of it. It is a
+# job-level field: YACE v0.67.0 ignores a metric's own `delay` and only logs a warning
+# (pkg/config/scrapeconf.go validateMetric: "Metric is configured with delay that has been being
+# ignored"; `mDelay` is taken from the job's JobLevelMetricFields only), and a static job has no
+# job-level fields (type Static), so its metrics never have a delay.
 YACE_REFRESH_SECONDS = 300
 YACE_DELAY_SECONDS = 120
 # Grafana's Service and admin Secret (grafana chart templates/_helpers.tpl grafana.fullname).
@@ -197,7 +201,7 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
     """
     # The dead-letter depth is a gauge: the newest minute's maximum is what the alert wants.
     depth_window = {"period": 60, "length": 300}
-    period = {"period": YACE_REFRESH_SECONDS, "length": YACE_REFRESH_SECONDS, "delay": YACE_DELAY_SECONDS}
+    period = {"period": YACE_REFRESH_SECONDS, "length": YACE_REFRESH_SECONDS}
     return {
         "apiVersion": "v1alpha1",
         "sts-region": region,
@@ -212,6 +216,8 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
             "name": "interruption-handler",
             "namespace": metrics_namespace,
             "regions": [region],
+            # On the job: YACE reads `delay` from here only (YACE_DELAY_SECONDS).
+            "delay": YACE_DELAY_SECONDS,
             "metrics": [
                 {"name": "Interruptions", "statistics": ["Sum"], "nilToZero": True, **period},
                 {"name": "DuplicateSignals", "statistics": ["Sum"], "nilToZero": True, **period},

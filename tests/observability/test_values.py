@@ -190,6 +190,22 @@ def test_cloudwatch_exporter_config() -> None:
     assert values["serviceAccount"]["name"] == v.YACE_SERVICE_ACCOUNT
 
 
+def test_yace_delay_is_set_where_yace_reads_it() -> None:
+    """YACE v0.67.0 (prometheus-community/yet-another-cloudwatch-exporter tag v0.67.0,
+    pkg/config/scrapeconf.go ``validateMetric``): "Delay at the metric level has been ignored for an
+    incredibly long time ... This logs a warning for now" (``if m.Delay != 0 { logger.Warn(...) }``),
+    then ``mDelay`` comes only from ``discovery.Delay``, the job's ``JobLevelMetricFields`` (inline in
+    ``Job`` and ``CustomNamespace``; ``Static`` has none and passes nil). The window then ends
+    ``delay`` seconds back (pkg/clients/cloudwatch/input.go, pkg/job/getmetricdata/iterator.go)."""
+    config = v.cloudwatch_exporter_config(region="eu-west-1", dead_letter_queue_name="dlq", metrics_namespace="GenNStack")
+    jobs = [*config["static"], *config["customNamespace"]]
+    assert [(job["name"], metric["name"]) for job in jobs for metric in job["metrics"] if "delay" in metric] == []
+    [handler] = config["customNamespace"]
+    assert handler["delay"] == v.YACE_DELAY_SECONDS == 120
+    # Static jobs have no job-level fields in v0.67.0: a delay there would be an unknown key.
+    assert "delay" not in config["static"][0]
+
+
 def test_dcgm_exporter_runs_on_nvidia_nodes_only() -> None:
     values = v.dcgm_exporter_values()
     term = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
