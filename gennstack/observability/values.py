@@ -38,6 +38,17 @@ ALERTMANAGER_SERVICE_ACCOUNT = f"{names.KPS_FULLNAME}-alertmanager"
 # Alertmanager stay put instead of moving whenever the general pool consolidates (each move is a
 # gap in the metrics KEDA scales on, and restarts every alert's `for` timer).
 DO_NOT_DISRUPT = {"karpenter.sh/do-not-disrupt": "true"}
+# The Pod Identity role of Prometheus (remote write) or Alertmanager (SNS), on their pods. EKS sets
+# a pod's credential environment (AWS_CONTAINER_CREDENTIALS_FULL_URI, AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE)
+# when the pod is created, if its ServiceAccount has an association then (EKS user guide,
+# pod-identities.html: "If a pod uses a service account that has an association, Amazon EKS sets
+# environment variables in the containers of the pod"); Prometheus Operator v0.93.0 applies a changed
+# remote write or Alertmanager configuration in place, without a new pod. The annotation makes the
+# association's appearance (or a new role) a pod template change: Prometheus Operator copies
+# spec.podMetadata.annotations into the StatefulSet's pod template (pkg/alertmanager/statefulset.go
+# makeStatefulSetSpec, pkg/prometheus/promcfg.go BuildPodMetadata), whose RollingUpdate strategy
+# (pkg/operator/statefulset.go) replaces the pods, and they start with the credentials.
+POD_IDENTITY_ROLE_ANNOTATION = "gennstack.io/pod-identity-role"
 # YACE fetches every CloudWatch metric once per refresh (--scraping-interval, 300 s by default,
 # cmd/yace/main.go at v0.67.0) and exports only the newest datapoint of each query
 # (pkg/clients/cloudwatch/client.go toMetricDataResult, pkg/promutil/migrate.go). The handler's
@@ -89,18 +100,28 @@ def remote_write_url(workspace_arn: str) -> str:
     return f"https://aps-workspaces.{region}.amazonaws.com/workspaces/{workspace_id}/api/v1/remote_write"
 
 
+def pod_annotations(role_arn: str | None) -> dict[str, str]:
+    """The Prometheus or Alertmanager pods' annotations: do-not-disrupt, and the Pod Identity role
+    (``POD_IDENTITY_ROLE_ANNOTATION``) when they have one, so pods started before it roll."""
+    return {**DO_NOT_DISRUPT, **({POD_IDENTITY_ROLE_ANNOTATION: role_arn} if role_arn is not None else {})}
+
+
 def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remote_write: str | None,
                                  system_node_selector: dict[str, str],
-                                 system_tolerations: list[dict[str, Any]]) -> dict[str, Any]:
+                                 system_tolerations: list[dict[str, Any]],
+                                 prometheus_role_arn: str | None = None,
+                                 alertmanager_role_arn: str | None = None) -> dict[str, Any]:
     """Values of kube-prometheus-stack: where it runs, its volumes and retention, what it selects.
 
     ``remote_write``: the Amazon Managed Service for Prometheus endpoint, or None. Prometheus signs
     with SigV4 using the credentials EKS Pod Identity gives its ServiceAccount.
+    ``prometheus_role_arn`` / ``alertmanager_role_arn``: the Pod Identity role of each (remote write,
+    SNS receivers), or None; on the pods as ``POD_IDENTITY_ROLE_ANNOTATION``.
     """
     where = placement(config, system_node_selector=system_node_selector, system_tolerations=system_tolerations)
     prometheus_spec: dict[str, Any] = {
         **where,
-        "podMetadata": {"annotations": dict(DO_NOT_DISRUPT)},
+        "podMetadata": {"annotations": pod_annotations(prometheus_role_arn)},
         "retention": f"{config.retention_days}d",
         "retentionSize": f"{config.retention_size_bytes()}B",
         "storageSpec": {"volumeClaimTemplate": _claim(config.prometheus_storage_gib)},
@@ -127,7 +148,7 @@ def kube_prometheus_stack_values(config: MonitoringConfig, *, region: str, remot
             "config": alertmanager.alertmanager_config(config),
             "alertmanagerSpec": {
                 **where,
-                "podMetadata": {"annotations": dict(DO_NOT_DISRUPT)},
+                "podMetadata": {"annotations": pod_annotations(alertmanager_role_arn)},
                 "storage": {"volumeClaimTemplate": _claim(config.alertmanager_storage_gib)},
                 "persistentVolumeClaimRetentionPolicy": PVC_RETENTION,
                 # Each receiver's Secret (External Secrets), mounted at /etc/alertmanager/secrets/<name>/.

@@ -62,10 +62,16 @@ class Monitoring(Construct):
                                              monitoring_values.EBS_CSI_NAMESPACE,
                                              monitoring_values.ebs_csi_driver_values(**system))
 
-        self.workspace_arn, remote_write = self._managed_prometheus(cluster, config)
+        self.workspace_arn, remote_write, prometheus_role = self._managed_prometheus(cluster, config)
+        sns_role = self._sns_role(cluster, monitoring)
+        # Each role on its pods (values.POD_IDENTITY_ROLE_ANNOTATION): added to a running stack, it rolls
+        # them, so they start with the Pod Identity credentials.
         self.charts["kube-prometheus-stack"] = self._chart(
             cluster, "KubePrometheusStack", versions.KUBE_PROMETHEUS_STACK, names.MONITORING_NAMESPACE,
-            monitoring_values.kube_prometheus_stack_values(monitoring, region=region, remote_write=remote_write, **system))
+            monitoring_values.kube_prometheus_stack_values(
+                monitoring, region=region, remote_write=remote_write, **system,
+                prometheus_role_arn=prometheus_role.role_arn if prometheus_role else None,
+                alertmanager_role_arn=sns_role.role_arn if sns_role else None))
         self.charts["kube-prometheus-stack"].node.add_dependency(self.charts["ebs-csi"])
         kps = self.charts["kube-prometheus-stack"]
 
@@ -127,14 +133,8 @@ class Monitoring(Construct):
 
     def _receivers(self, cluster: eks.Cluster, monitoring, *, region: str, kps: eks.HelmChart,
                    secrets_reader: iam.IRole | None, secrets_controller: Construct | None) -> None:
-        """Alertmanager's way out: SNS through a Pod Identity role, the other receivers' secrets through External Secrets."""
-        topics = alertmanager.sns_topics(monitoring)
-        if topics:
-            role = self._pod_role(cluster, "AlertmanagerSns", names.MONITORING_NAMESPACE,
-                                  monitoring_values.ALERTMANAGER_SERVICE_ACCOUNT,
-                                  "Alertmanager: publish alerts to the configured SNS topics")
-            role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=topics))
-            kps.node.add_dependency(self.associations[-1])
+        """Alertmanager's way out: SNS through a Pod Identity role (``_sns_role``, associated before the
+        chart installs), the other receivers' secrets through External Secrets."""
         with_secrets = alertmanager.secret_receivers(monitoring)
         self.receiver_secrets: eks.KubernetesManifest | None = None
         if not with_secrets:
@@ -154,11 +154,24 @@ class Monitoring(Construct):
             "AlertReceiverSecrets", alertmanager.secret_store(region=region), *alertmanager.external_secrets(monitoring))
         self.receiver_secrets.node.add_dependency(kps, secrets_controller)
 
-    def _managed_prometheus(self, cluster: eks.Cluster, config: GenNStackConfig) -> tuple[str | None, str | None]:
-        """The workspace's ARN and remote-write URL (None, None when remote write is off)."""
+    def _sns_role(self, cluster: eks.Cluster, monitoring) -> iam.Role | None:
+        """Alertmanager's Pod Identity role for the SNS receivers' topics, or None without SNS receivers.
+        Every chart of this construct waits for the associations (``__init__``)."""
+        topics = alertmanager.sns_topics(monitoring)
+        if not topics:
+            return None
+        role = self._pod_role(cluster, "AlertmanagerSns", names.MONITORING_NAMESPACE,
+                              monitoring_values.ALERTMANAGER_SERVICE_ACCOUNT,
+                              "Alertmanager: publish alerts to the configured SNS topics")
+        role.add_to_principal_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=topics))
+        return role
+
+    def _managed_prometheus(self, cluster: eks.Cluster,
+                            config: GenNStackConfig) -> tuple[str | None, str | None, iam.Role | None]:
+        """The workspace's ARN, remote-write URL and Prometheus' role (all None when remote write is off)."""
         managed = config.monitoring.managed_prometheus
         if not managed.enabled:
-            return None, None
+            return None, None, None
         if managed.workspace_arn is None:
             workspace = aps.CfnWorkspace(self, "Workspace", alias=f"{config.cluster_name}-metrics")
             arn, url = workspace.attr_arn, f"{workspace.attr_prometheus_endpoint}api/v1/remote_write"
@@ -168,7 +181,7 @@ class Monitoring(Construct):
                               monitoring_values.PROMETHEUS_SERVICE_ACCOUNT,
                               "Prometheus: remote write to the Amazon Managed Service for Prometheus workspace")
         role.add_to_principal_policy(iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[arn]))
-        return arn, url
+        return arn, url, role
 
     def _pod_role(self, cluster: eks.Cluster, construct_id: str, namespace: str, service_account: str,
                   description: str) -> iam.Role:

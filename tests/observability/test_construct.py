@@ -126,3 +126,41 @@ def test_receivers_sns_role_may_only_publish_to_its_topic_and_secrets_come_throu
     assert any("gennstack/alerting/pagerduty-??????" in json.dumps(s["Resource"]) for s in readers)
     charts = _charts(synth_variant)
     assert depends_on(synth_variant.template, logical_id, charts[versions.EXTERNAL_SECRETS.name][0])
+
+
+def _resolved_values(properties: dict[str, Any]) -> dict[str, Any]:
+    """A chart's values with each ``Fn::GetAtt`` written as ``<LogicalId.Attribute>`` (the rest is literal)."""
+    values = properties["Values"]
+    if isinstance(values, dict):
+        values = "".join(part if isinstance(part, str) else
+                         "<{}.{}>".format(*part["Fn::GetAtt"]) if "Fn::GetAtt" in part else "<{}>".format(part["Ref"])
+                         for part in values["Fn::Join"][1])
+    return json.loads(values)
+
+
+def test_pods_roll_when_their_pod_identity_role_arrives(synth: Synth, synth_variant: Synth) -> None:
+    """EKS sets a pod's Pod Identity environment when the pod is created (EKS user guide,
+    pod-identities.html), and Prometheus Operator v0.93.0 reloads a new remote write or receiver config
+    in place: the running pods would never get the credentials. Each role is on its pods
+    (``podMetadata.annotations``, which kube-prometheus-stack 88.3.0 templates/alertmanager/alertmanager.yaml
+    and templates/prometheus/prometheus.yaml pass to the CRs' spec.podMetadata, and the operator to the
+    StatefulSet's pod template: pkg/alertmanager/statefulset.go, pkg/prometheus/promcfg.go
+    BuildPodMetadata), so adding one changes the pod template and the StatefulSet rolls them; the chart
+    waits for the associations, so the new pods start with them."""
+    key = monitoring_values.POD_IDENTITY_ROLE_ANNOTATION
+    kps_id, kps = _charts(synth_variant)[versions.KUBE_PROMETHEUS_STACK.name]
+    values = _resolved_values(kps)
+    associations = _associations(synth_variant)
+    for service_account, spec in ((monitoring_values.ALERTMANAGER_SERVICE_ACCOUNT, values["alertmanager"]["alertmanagerSpec"]),
+                                  (monitoring_values.PROMETHEUS_SERVICE_ACCOUNT, values["prometheus"]["prometheusSpec"])):
+        role_arn = associations[(names.MONITORING_NAMESPACE, service_account)]["RoleArn"]["Fn::GetAtt"]
+        assert spec["podMetadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true",
+                                                      key: "<{}.{}>".format(*role_arn)}
+        (association_id,) = [k for k, a in synth_variant.resources("AWS::EKS::PodIdentityAssociation").items()
+                             if a["Properties"]["ServiceAccount"] == service_account]
+        assert depends_on(synth_variant.template, kps_id, association_id)
+    # No role (the defaults: no SNS receiver, no remote write): no annotation.
+    _, default = _charts(synth)[versions.KUBE_PROMETHEUS_STACK.name]
+    values = _resolved_values(default)
+    assert key not in values["alertmanager"]["alertmanagerSpec"]["podMetadata"]["annotations"]
+    assert key not in values["prometheus"]["prometheusSpec"]["podMetadata"]["annotations"]
