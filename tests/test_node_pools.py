@@ -119,6 +119,27 @@ def test_serving_nodes_are_never_consolidated_while_serving() -> None:
         assert pool["spec"]["template"]["spec"]["expireAfter"] == "Never"
 
 
+def test_an_expired_general_node_with_do_not_disrupt_pods_is_not_stuck_terminating() -> None:
+    """kubernetes-sigs/karpenter v1.14.1: expiry deletes the NodeClaim regardless of its pods
+    (pkg/controllers/nodeclaim/expiration/controller.go, "forcefully expire the nodeclaim (by deleting
+    it)"); the drain never evicts a pod whose karpenter.sh/do-not-disrupt is "true"
+    (pkg/utils/pod/scheduling.go IsEvictable, IsDoNotDisruptActive) but waits for it (IsDrainable: "node
+    drain should stall until these pods are evicted or become terminal"); pkg/apis/v1/nodepool.go
+    TerminationGracePeriod: "If left undefined, the controller will wait indefinitely for pods to be
+    drained" and, set, it "bypasses any blocked PDBs or the karpenter.sh/do-not-disrupt annotation".
+    Prometheus and Alertmanager on the general pool carry do-not-disrupt; their own grace periods
+    (Prometheus Operator v0.93.0: 600 s and 120 s) fit inside it."""
+    from gennstack.observability.values import DO_NOT_DISRUPT
+
+    general = _pools()[GENERAL_POOL]["spec"]["template"]["spec"]
+    assert general["expireAfter"] == "720h"
+    assert DO_NOT_DISRUPT == {"karpenter.sh/do-not-disrupt": "true"}
+    assert general["terminationGracePeriod"] == "1h"
+    # The accelerator pools never expire (expireAfter Never): nothing to bound there.
+    for name in ("gen1-inf2", "gen2-trn2", "gen3-g6e"):
+        assert "terminationGracePeriod" not in _pools()[name]["spec"]["template"]["spec"]
+
+
 def test_node_classes_pin_ami_and_require_imdsv2() -> None:
     classes = _classes()
     assert set(classes) == {GENERAL_POOL, "gen1-inf2", "gen2-trn2", "gen3-g6e"}

@@ -18,6 +18,17 @@ from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, ROOT_VOLUMES
 # NodePool names by generation; the interruption handler and the serving charts refer to them.
 POOL_NAMES = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
 GENERAL_POOL = "general"
+# How long Karpenter v1.14.1 waits for a general node's pods once it deletes the node: its nodes
+# expire after 720h, and expiry deletes the NodeClaim whatever its pods
+# (pkg/controllers/nodeclaim/expiration/controller.go), but the drain never evicts a pod with
+# karpenter.sh/do-not-disrupt (Prometheus, Alertmanager: gennstack/observability/values.py) and,
+# without terminationGracePeriod, "the controller will wait indefinitely for pods to be drained"
+# (pkg/apis/v1/nodepool.go): the node would stay tainted and terminating for ever. With it, those pods
+# are deleted once it has passed, leaving each its own grace period (Prometheus Operator v0.93.0's
+# default 600 s for Prometheus, 120 s for Alertmanager). It also makes drift an eventual disruption
+# (pkg/controllers/disruption/types.go EventualDisruptionClass): a drifted general node now drains
+# too, bounded the same way. Consolidation stays graceful: do-not-disrupt still blocks it.
+GENERAL_TERMINATION_GRACE_PERIOD = "1h"
 GENERATION_LABEL = "gennstack.io/generation"
 ON_DEMAND_SUFFIX = "-on-demand"
 RESERVED_SUFFIX = "-reserved"
@@ -89,12 +100,15 @@ def _limits(generation: GenerationConfig) -> dict[str, str]:
 def _pool(
     *, name: str, node_class_name: str, requirements: list[dict[str, Any]], weight: int, limits: dict[str, str],
     labels: dict[str, str], taints: list[dict[str, str]], disruption: dict[str, Any],
+    termination_grace_period: str | None = None,
 ) -> dict[str, Any]:
     template_spec: dict[str, Any] = {
         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": node_class_name},
         "requirements": requirements,
         "expireAfter": disruption.pop("expireAfter"),
     }
+    if termination_grace_period is not None:
+        template_spec["terminationGracePeriod"] = termination_grace_period
     if taints:
         template_spec["taints"] = taints
     return {
@@ -148,6 +162,7 @@ def node_pools(config: GenNStackConfig) -> list[dict[str, Any]]:
                 "budgets": [{"nodes": "10%"}],
                 "expireAfter": "720h",
             },
+            termination_grace_period=GENERAL_TERMINATION_GRACE_PERIOD,
         )
     ]
     for generation_name, generation in config.generations.enabled().items():
