@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gennstack.observability import names
-from gennstack.observability.rules import PRICE_RECORD
+from gennstack.observability.rules import BATCH_SLOTS_RECORD, CONTIGUOUS_KV, PRICE_RECORD
 from gennstack.observability.values import YACE_DELAY_SECONDS, YACE_REFRESH_SECONDS
 from gennstack.serving.config import Inf2Serving
 
@@ -97,6 +97,22 @@ def _replicas(pool: str) -> list[Query]:
             (f'sum(kube_deployment_status_replicas_available{{deployment="{pool}-warm-spare"}})', "warm spares")]
 
 
+def _kv_cache_panel(generation: str, sel: str) -> dict[str, Any]:
+    """KV-cache use per pod. On Neuron (rules.CONTIGUOUS_KV) vLLM's kv_cache_usage_perc counts blocks of
+    max_model_len tokens out of ceil(max_model_len / 32) x max_num_seqs and never passes
+    1 / ceil(max_model_len / 32) (the reasoning beside CONTIGUOUS_KV): the panel shows sequences running
+    over max_num_seqs (the recorded rules.BATCH_SLOTS_RECORD), the slots of NxD Inference's contiguous cache."""
+    if generation in CONTIGUOUS_KV:
+        return _panel("KV-cache slots in use", "percentunit", [
+            (f"max by (pod) (vllm:num_requests_running{{{sel}}}) / scalar(max({BATCH_SLOTS_RECORD}{{{sel}}}))", "{{pod}}"),
+        ], description="Sequences running / max_num_seqs: on Neuron every sequence holds a max_model_len slot of the "
+                       "contiguous KV cache, and vLLM's own KV-cache gauge (blocks of max_model_len tokens, prefix caching "
+                       "off) stays near 0.")
+    return _panel("KV-cache use", "percentunit", [
+        (f"max by (pod) (vllm:kv_cache_usage_perc{{{sel}}})", "{{pod}}"),
+    ])
+
+
 def _cache_panel(generation: str, sel: str) -> dict[str, Any]:
     """Preemptions, with the prefix-cache hit ratio where vLLM caches prefixes.
 
@@ -154,9 +170,7 @@ def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]
             (f"sum(vllm:num_requests_running{{{sel}}})", "running"),
             (f"sum(vllm:num_requests_waiting{{{sel}}})", "waiting (queue)"),
         ]),
-        _panel("KV-cache use", "percentunit", [
-            (f"max by (pod) (vllm:kv_cache_usage_perc{{{sel}}})", "{{pod}}"),
-        ]),
+        _kv_cache_panel(generation, sel),
         # side by side (the 7th and 8th panels: one row)
         *(_routing_panels(sel) if generation == "g6e" else []),
         _cache_panel(generation, sel),

@@ -139,7 +139,7 @@ METRICS: dict[str, str] = {
     "yace_cloudwatch_request_errors": _YACE_SELF,
 }
 # Series GenNStack's own recording rules write (gennstack.observability.rules).
-RECORDED = {"gennstack:node_hourly_price_usd"}
+RECORDED = {"gennstack:node_hourly_price_usd", "gennstack:vllm_max_num_seqs"}
 
 
 

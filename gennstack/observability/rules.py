@@ -7,6 +7,7 @@ The thresholds come from ``monitoring.alerts``; the expressions use only metrics
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gennstack.observability import names
@@ -17,6 +18,19 @@ POOLS = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
 # kube-state-metrics writes extended resource names with '.' and '/' as '_'.
 ACCELERATOR_RESOURCES = ("aws_amazon_com_neuron", "nvidia_com_gpu")
 PRICE_RECORD = "gennstack:node_hourly_price_usd"
+# The Neuron generations: vLLM there runs with prefix caching off (the serving chart's
+# --no-enable-prefix-caching), and vllm-neuron then sets block_size to max_model_len
+# (vllm-project/vllm-neuron a5ef7c8, vllm_neuron/platform.py: "Neuron requires block_size =
+# max_model_len when blockwise KV cache is disabled"), while the chart spells out
+# --num-gpu-blocks-override ceil(max_model_len / 32) x max_num_seqs (NxD Inference's block count).
+# Every sequence then takes one block of that pool, so vLLM 0.13.0's vllm:kv_cache_usage_perc
+# (vllm/v1/core/block_pool.py get_usage: 1 - free / (num_gpu_blocks - 1)) never passes
+# 1 / ceil(max_model_len / 32): 0.4 % at gen2-trn2's 8192 tokens. The real KV cache is NxD
+# Inference's contiguous one, a max_model_len slot per sequence (gennstack/serving/capacity.py), so it
+# is full when max_num_seqs sequences run: running / max_num_seqs is its use.
+CONTIGUOUS_KV = ("inf2", "trn2")
+# max_num_seqs of each Neuron generation as a series, for the alert and the gen2-trn2 dashboard.
+BATCH_SLOTS_RECORD = "gennstack:vllm_max_num_seqs"
 RULE_NAME = "gennstack"
 # Days before the gateway's certificate expires that GenNStackGatewayCertificateExpiring fires.
 CERTIFICATE_WARNING_DAYS = 30
@@ -27,6 +41,11 @@ def always_serving(serving: Any, generations: list[str]) -> list[str]:
     get a no-ready-replica alert. The serving config refuses ``min_replicas: 0`` today
     (docs/autoscaling.md), so this is every enabled generation until scale-to-zero exists."""
     return [g for g in generations if getattr(serving, g).min_replicas > 0]
+
+
+def batch_sizes(serving: Any, generations: list[str]) -> dict[str, int]:
+    """Each enabled generation's ``max_num_seqs`` (serving config), for ``rule_groups``."""
+    return {g: getattr(serving, g).max_num_seqs for g in generations}
 
 
 def _ready_replicas(namespace: str, pool: str) -> str:
@@ -56,6 +75,23 @@ def _waiting_for_staging(namespace: str, pool: str) -> str:
     on servers, warm spares and gen1's Ray head: templates/_staging.tpl stagedLabel)."""
     return (f'count(kube_pod_labels{{namespace="{namespace}", label_app_kubernetes_io_name="{pool}",'
             f' label_gennstack_io_staged="false"}}) > 0')
+
+
+def kv_cache_use_expr(comparison: str = "") -> str:
+    """KV-cache use per (generation, pod), ``comparison`` applied to each side: vLLM's gauge on GPU, and
+    on the Neuron generations (``CONTIGUOUS_KV``) sequences running over ``BATCH_SLOTS_RECORD``."""
+    label = names.GENERATION_LABEL
+    neuron = "|".join(POOLS[g] for g in CONTIGUOUS_KV)
+    return (f'max by ({label}, pod) (vllm:kv_cache_usage_perc{{{label}!~"{neuron}"}}){comparison}'
+            f' or max by ({label}, pod) (vllm:num_requests_running{{{label}=~"{neuron}"}})'
+            f" / on ({label}) group_left () max by ({label}) ({BATCH_SLOTS_RECORD}){comparison}")
+
+
+def batch_slot_rules(generations: list[str], max_num_seqs: Mapping[str, int]) -> list[dict[str, Any]]:
+    """``BATCH_SLOTS_RECORD`` for each enabled Neuron generation: its ``max_num_seqs`` (serving config)."""
+    return [{"record": BATCH_SLOTS_RECORD, "expr": f"vector({max_num_seqs[g]})",
+             "labels": {names.GENERATION_LABEL: POOLS[g]}}
+            for g in generations if g in CONTIGUOUS_KV]
 
 
 def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_namespace: str,
@@ -132,14 +168,15 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
         },
         {
             "alert": "GenNStackKVCacheFull",
-            "expr": f"max by ({names.GENERATION_LABEL}, pod) (vllm:kv_cache_usage_perc) >= {alerts.kv_cache_full:g}",
+            "expr": kv_cache_use_expr(f" >= {alerts.kv_cache_full:g}"),
             "for": "5m",
             "labels": {"severity": "warning"},
             "annotations": {
                 "summary": "vLLM KV cache of {{ $labels.pod }} is full",
-                "description": "KV-cache use has been at or above "
-                               f"{alerts.kv_cache_full * 100:g} % for 5 minutes: requests queue and get preempted. "
-                               "Add replicas or lower max_num_seqs.",
+                "description": "KV-cache use (on Neuron: sequences running / max_num_seqs, each holding a "
+                               "max_model_len slot of the contiguous cache) has been at or above "
+                               f"{alerts.kv_cache_full * 100:g} % for 5 minutes: requests queue (on GPU they also "
+                               "get preempted). Add replicas (on GPU, or lower max_num_seqs).",
             },
         },
         {
@@ -239,11 +276,16 @@ def price_rules(config: MonitoringConfig) -> list[dict[str, Any]]:
 
 
 def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_namespace: str,
-                multi_node_pool: str | None = None) -> list[dict[str, Any]]:
-    """The rule groups as a Prometheus rule file (and a PrometheusRule's spec) holds them."""
+                multi_node_pool: str | None = None, max_num_seqs: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The rule groups as a Prometheus rule file (and a PrometheusRule's spec) holds them.
+    ``max_num_seqs``: each enabled generation's (serving config), by generation name."""
     groups = [{"name": "gennstack.alerts", "rules": alert_rules(config, generations=generations,
                                                                serving_namespace=serving_namespace,
                                                                multi_node_pool=multi_node_pool)}]
+    slots = batch_slot_rules(generations, max_num_seqs)
+    if slots:
+        # Every minute, as the prices: constants the alert and the gen2-trn2 dashboard divide by.
+        groups.append({"name": "gennstack.batch", "interval": "1m", "rules": slots})
     prices = price_rules(config)
     if prices:
         # Evaluated every minute: an interval as long as the 5-minute lookback would leave the
@@ -253,11 +295,11 @@ def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_nam
 
 
 def prometheus_rule(config: MonitoringConfig, *, generations: list[str], serving_namespace: str,
-                    multi_node_pool: str | None = None) -> dict[str, Any]:
+                    multi_node_pool: str | None = None, max_num_seqs: Mapping[str, int]) -> dict[str, Any]:
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": RULE_NAME, "namespace": names.MONITORING_NAMESPACE, "labels": dict(names.MONITORING_LABEL)},
         "spec": {"groups": rule_groups(config, generations=generations, serving_namespace=serving_namespace,
-                                       multi_node_pool=multi_node_pool)},
+                                       multi_node_pool=multi_node_pool, max_num_seqs=max_num_seqs)},
     }

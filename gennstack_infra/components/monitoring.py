@@ -117,7 +117,7 @@ class Monitoring(Construct):
         )
         self.rules = cluster.add_manifest("AlertRules", rules.prometheus_rule(
             monitoring, generations=rules.always_serving(config.serving, generations), serving_namespace=serving_namespace,
-            multi_node_pool=multi_node_pool))
+            multi_node_pool=multi_node_pool, max_num_seqs=rules.batch_sizes(config.serving, generations)))
         self.dashboards = cluster.add_manifest("Dashboards", *manifests.dashboard_config_maps(
             generations=generations, multi_node_pool=multi_node_pool))
         manifests_after_kps = [self.scrape_targets, self.rules, self.dashboards]

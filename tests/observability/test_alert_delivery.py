@@ -116,7 +116,7 @@ def _exporter(registry: CollectorRegistry) -> ThreadingHTTPServer:
 
 def _test_rules(config: MonitoringConfig) -> list[dict[str, Any]]:
     """The stack's rule groups with every `for` at 1 s and a 1 s evaluation interval (test copy only)."""
-    groups = rule_groups(config, generations=["g6e"], serving_namespace=NS)
+    groups = rule_groups(config, generations=["g6e"], serving_namespace=NS, max_num_seqs={"g6e": 64})
     return [{**g, "interval": "1s", "rules": [{**r, "for": "1s"} if "alert" in r else r for r in g["rules"]]}
             for g in groups]
 

@@ -44,7 +44,7 @@ def _steps(end: int) -> range:
 
 
 def test_cost_dashboard_arithmetic(tmp_path: Path) -> None:
-    groups = [g for g in rule_groups(CONFIG, generations=["g6e"], serving_namespace="s") if g["name"] == "gennstack.prices"]
+    groups = [g for g in rule_groups(CONFIG, generations=["g6e"], serving_namespace="s", max_num_seqs={"g6e": 64}) if g["name"] == "gennstack.prices"]
     promtool.write_rules(tmp_path, groups)
     series = [
         # A spot node for the whole two hours; an on-demand one for the last 30 minutes; a system
@@ -66,6 +66,29 @@ def test_cost_dashboard_arithmetic(tmp_path: Path) -> None:
          "exp_samples": _samples([(SPOT, 0.9), (ON_DEMAND, 2.24)])},
         {"expr": _query("USD in the time range"), "eval_time": "120m",
          "exp_samples": _samples([(SPOT, 0.9 * a_hours), (ON_DEMAND, 2.24 * b_hours)])},
+    ]}]
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False), encoding="utf-8")
+    result = promtool.run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_trn2_kv_cache_panel_reads_slots_in_use(tmp_path: Path) -> None:
+    """The gen2-trn2 dashboard's KV panel, by Prometheus' engine: sequences running over max_num_seqs
+    (the recorded gennstack:vllm_max_num_seqs), not vLLM's block gauge, which prefix caching off on
+    Neuron pins near 0 (gennstack.observability.rules.CONTIGUOUS_KV)."""
+    from gennstack.observability.dashboards import vllm_dashboard
+
+    panel = next(p for p in vllm_dashboard("trn2", "gen2-trn2", [])["panels"] if p["title"].startswith("KV-cache"))
+    assert panel["title"] == "KV-cache slots in use"
+    groups = [g for g in rule_groups(CONFIG, generations=["trn2"], serving_namespace="s", max_num_seqs={"trn2": 16})
+              if g["name"] == "gennstack.batch"]
+    promtool.write_rules(tmp_path, groups)
+    running = 'vllm:num_requests_running{{generation="gen2-trn2", pod="{pod}"}}'
+    series = [{"series": running.format(pod="a"), "values": "12x10"}, {"series": running.format(pod="b"), "values": "16x10"}]
+    tests = [{"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": panel["targets"][0]["expr"], "eval_time": "5m", "exp_samples": [
+            {"labels": '{pod="a"}', "value": 0.75}, {"labels": '{pod="b"}', "value": 1}]},
     ]}]
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
         {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False), encoding="utf-8")

@@ -39,7 +39,8 @@ def _objects(generations: list[str]) -> list[dict[str, Any]]:
         manifests.karpenter_service_monitor(),
         *manifests.neuron_monitor(generations=generations),
         prometheus_rule(MonitoringConfig.model_validate({"hourly_prices": {"g6e.2xlarge": {"spot": 0.9}}}),
-                        generations=generations, serving_namespace=NAMESPACE),
+                        generations=generations, serving_namespace=NAMESPACE,
+                        max_num_seqs={"inf2": 20, "trn2": 16, "g6e": 64}),
         *manifests.dashboard_config_maps(),
     ]
 

@@ -31,6 +31,7 @@ from tests.serving.conftest import CHART, REQUIRED, merged
 
 POOL = "gen3-g6e-multinode"
 GENERATIONS = ["inf2", "trn2", "g6e"]
+SEQS = {"inf2": 20, "trn2": 16, "g6e": 64}
 WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
@@ -109,7 +110,8 @@ def _generations_ready() -> list[dict[str, str]]:
 def test_no_ready_replica_counts_a_group_once_by_its_leader(tmp_path: Path) -> None:
     """A group whose worker is Ready but whose leader is not serves nothing: it fires. A Ready leader is
     a serving group. No pod at all fires too; a group waiting for staging (its gate closed) does not."""
-    groups = rule_groups(MonitoringConfig(), generations=GENERATIONS, serving_namespace=NS, multi_node_pool=POOL)
+    groups = rule_groups(MonitoringConfig(), generations=GENERATIONS, serving_namespace=NS, multi_node_pool=POOL,
+                         max_num_seqs=SEQS)
     alerts = [r for r in groups[0]["rules"] if r["alert"] == "GenNStackNoReadyReplica"]
     assert [r["labels"]["generation"] for r in alerts] == ["gen1-inf2", "gen2-trn2", "gen3-g6e", POOL]
     promtool.write_rules(tmp_path, _without_annotations(groups))
@@ -128,14 +130,14 @@ def test_no_ready_replica_counts_a_group_once_by_its_leader(tmp_path: Path) -> N
     result = promtool.run("test", "rules", "tests.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     # Off: the rules as before (one per generation).
-    default = rule_groups(MonitoringConfig(), generations=GENERATIONS, serving_namespace=NS)
+    default = rule_groups(MonitoringConfig(), generations=GENERATIONS, serving_namespace=NS, max_num_seqs=SEQS)
     assert [r["labels"]["generation"] for r in default[0]["rules"] if r["alert"] == "GenNStackNoReadyReplica"] == [
         "gen1-inf2", "gen2-trn2", "gen3-g6e"]
 
 
 def test_the_rule_file_with_the_group_rule_passes_promtool_check(tmp_path: Path) -> None:
     result = promtool.check_rules(tmp_path, rule_groups(MonitoringConfig(), generations=GENERATIONS, serving_namespace=NS,
-                                                       multi_node_pool=POOL))
+                                                       multi_node_pool=POOL, max_num_seqs=SEQS))
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
 
 

@@ -44,6 +44,7 @@ def dashboard_expressions() -> list[tuple[str, str]]:
 def rule_expressions() -> list[tuple[str, str]]:
     # With the multi-node groups' rule (serving.multi_node on).
     groups = rule_groups(CONFIG, generations=["inf2", "trn2", "g6e"], serving_namespace="gennstack-serving",
+                         max_num_seqs={"inf2": 20, "trn2": 16, "g6e": 64},
                          multi_node_pool="gen3-g6e-multinode")
     return [(f"{g['name']}: {r.get('alert') or r.get('record')}", r["expr"]) for g in groups for r in g["rules"]]
 

@@ -21,11 +21,13 @@ from tests.observability import promtool
 
 NS = "gennstack-serving"
 GENERATIONS = ["inf2", "trn2", "g6e"]
+# The serving config's default max_num_seqs of each generation.
+SEQS = {"inf2": 20, "trn2": 16, "g6e": 64}
 CONFIG = MonitoringConfig()
 
 
 def _groups(config: MonitoringConfig = CONFIG) -> list[dict[str, Any]]:
-    return rule_groups(config, generations=GENERATIONS, serving_namespace=NS)
+    return rule_groups(config, generations=GENERATIONS, serving_namespace=NS, max_num_seqs=SEQS)
 
 
 def _without_annotations(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -167,13 +169,40 @@ def test_kv_cache_full(tmp_path: Path) -> None:
     series = [
         {"series": 'vllm:kv_cache_usage_perc{generation="gen3-g6e", pod="full", model_name="m", engine="0"}', "values": "0.99x20"},
         {"series": 'vllm:kv_cache_usage_perc{generation="gen3-g6e", pod="busy", model_name="m", engine="0"}', "values": "0.9x20"},
-        {"series": 'vllm:kv_cache_usage_perc{generation="gen2-trn2", pod="blip", model_name="m", engine="0"}',
+        {"series": 'vllm:kv_cache_usage_perc{generation="gen3-g6e", pod="blip", model_name="m", engine="0"}',
          "values": "0.99 0.99 0.5x18"},
     ]
     _promtool_test(tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": [
         _alerts("GenNStackKVCacheFull", "3m", []),
         _alerts("GenNStackKVCacheFull", "10m", [{"severity": "warning", "generation": "gen3-g6e", "pod": "full"}]),
     ]}])
+
+
+def test_kv_cache_full_on_neuron_counts_the_contiguous_caches_slots(tmp_path: Path) -> None:
+    """gen2-trn2 runs vLLM with prefix caching off: vllm-neuron (vllm-project/vllm-neuron a5ef7c8,
+    vllm_neuron/platform.py) sets block_size to max_model_len, and the chart's --num-gpu-blocks-override
+    is ceil(8192 / 32) x 16 = 4096 blocks (+1 null block, platform.py), one per running sequence, so
+    vLLM 0.13.0's gauge (vllm/v1/core/block_pool.py get_usage, 1 - free / (num_gpu_blocks - 1)) reads
+    16 / 4096 with the batch full. What fills NxD Inference's contiguous cache is sequences:
+    running / max_num_seqs. A full batch fires; a half-full one, and the gauge itself, do not."""
+    def pod(name: str, running: int) -> list[dict[str, str]]:
+        return [
+            {"series": f'vllm:num_requests_running{{generation="gen2-trn2", pod="{name}", model_name="m", engine="0"}}',
+             "values": f"{running}x20"},
+            {"series": f'vllm:kv_cache_usage_perc{{generation="gen2-trn2", pod="{name}", model_name="m", engine="0"}}',
+             "values": f"{running / 4096}x20"},
+        ]
+    series = [*pod("full", 16), *pod("half", 8)]
+    _promtool_test(tmp_path, [{"interval": "1m", "input_series": series, "alert_rule_test": [
+        _alerts("GenNStackKVCacheFull", "3m", []),
+        _alerts("GenNStackKVCacheFull", "10m", [{"severity": "warning", "generation": "gen2-trn2", "pod": "full"}]),
+    ]}])
+    # The slots recorded are the serving config's max_num_seqs of each Neuron generation.
+    [batch] = [g for g in _groups() if g["name"] == "gennstack.batch"]
+    assert batch["rules"] == [
+        {"record": "gennstack:vllm_max_num_seqs", "expr": "vector(20)", "labels": {"generation": "gen1-inf2"}},
+        {"record": "gennstack:vllm_max_num_seqs", "expr": "vector(16)", "labels": {"generation": "gen2-trn2"}},
+    ]
 
 
 def test_pending_accelerator_pods(tmp_path: Path) -> None:
@@ -230,7 +259,7 @@ def test_price_rules_record_each_configured_price(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("generations", [["trn2"], ["inf2", "g6e"]])
 def test_one_no_ready_replica_rule_per_enabled_generation(generations: list[str]) -> None:
-    rules = rule_groups(CONFIG, generations=generations, serving_namespace=NS)[0]["rules"]
+    rules = rule_groups(CONFIG, generations=generations, serving_namespace=NS, max_num_seqs=SEQS)[0]["rules"]
     pools = [r["labels"]["generation"] for r in rules if r["alert"] == "GenNStackNoReadyReplica"]
     assert pools == [{"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}[g] for g in generations]
 
