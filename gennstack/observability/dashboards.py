@@ -201,7 +201,7 @@ def multi_node_dashboard(pool: str) -> dict[str, Any]:
     """serving.multi_node's groups (LeaderWorkerSet ``pool``): the gen3 dashboard's vLLM panels on the
     leaders' series (generation=<pool>), with a group counted once: ready groups, and the member pods
     (two per group) beside them."""
-    dashboard = vllm_dashboard("g6e", pool, _gpu_panels())
+    dashboard = vllm_dashboard("g6e", pool, _gpu_panels(pool))
     for panel in dashboard["panels"]:
         if panel["title"] == "Replicas":
             panel["title"] = "Replicas (groups)"
@@ -236,12 +236,26 @@ def _neuron_panels(generation: str) -> list[dict[str, Any]]:
     ]
 
 
-def _gpu_panels() -> list[dict[str, Any]]:
+def _pool_nodes(pool: str) -> str:
+    """The nodes running a serving pod of ``pool``, as ``Hostname`` (the label the DCGM exporter puts its
+    node's name in: NODE_NAME from spec.nodeName, NVIDIA/dcgm-exporter 4.5.3-4.8.2
+    internal/pkg/hostname/hostname.go and deployment/templates/daemonset.yaml). gen3-g6e's servers and
+    the multi-node groups share the g6e NodePools, so a node label cannot tell them apart; the pods do
+    (kube_pod_info's ``node``)."""
+    return ('label_replace(max by (node) (kube_pod_info * on (namespace, pod) group_left () '
+            f'kube_pod_labels{{label_app_kubernetes_io_name="{pool}", label_app_kubernetes_io_component="server"}}), '
+            '"Hostname", "$1", "node", "(.+)")')
+
+
+def _gpu_panels(pool: str) -> list[dict[str, Any]]:
+    """GPU use on the nodes of ``pool``'s serving pods only (not every NVIDIA node of the cluster)."""
+    nodes = _pool_nodes(pool)
     return [
-        _panel("GPU utilisation", "percent", [("avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL)", "{{Hostname}}")]),
+        _panel("GPU utilisation", "percent", [(f"avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL and on (Hostname) {nodes})",
+                                               "{{Hostname}}")]),
         _panel("GPU memory used", "percentunit", [
-            ("sum by (Hostname) (DCGM_FI_DEV_FB_USED) / sum by (Hostname) (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE)",
-             "{{Hostname}}"),
+            ("(sum by (Hostname) (DCGM_FI_DEV_FB_USED) / sum by (Hostname) (DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE))"
+             f" and on (Hostname) {nodes}", "{{Hostname}}"),
         ]),
     ]
 
@@ -404,7 +418,7 @@ def dashboards() -> dict[str, dict[str, Any]]:
     return {
         "gennstack-gen1-inf2.json": gen1_dashboard(),
         "gennstack-gen2-trn2.json": vllm_dashboard("trn2", "gen2-trn2", _neuron_panels("trn2")),
-        "gennstack-gen3-g6e.json": vllm_dashboard("g6e", "gen3-g6e", _gpu_panels()),
+        "gennstack-gen3-g6e.json": vllm_dashboard("g6e", "gen3-g6e", _gpu_panels("gen3-g6e")),
         "gennstack-gateway.json": gateway_dashboard(),
         "gennstack-spot.json": spot_dashboard(),
         "gennstack-cost.json": cost_dashboard(),

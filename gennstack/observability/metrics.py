@@ -108,6 +108,8 @@ METRICS: dict[str, str] = {
     "kube_pod_status_phase": _KSM,
     "kube_pod_status_reason": _KSM,
     "kube_pod_labels": _KSM,
+    # Its `node` label: the node a pod runs on (the GPU panels keep the nodes of their pool's pods).
+    "kube_pod_info": _KSM,
     "kube_pod_container_resource_requests": _KSM,
     "kube_node_labels": _KSM,
     "kube_deployment_status_replicas_available": _KSM,

@@ -94,3 +94,40 @@ def test_trn2_kv_cache_panel_reads_slots_in_use(tmp_path: Path) -> None:
         {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False), encoding="utf-8")
     result = promtool.run("test", "rules", "tests.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_gpu_panels_show_only_their_pools_nodes(tmp_path: Path) -> None:
+    """gen3-g6e's servers and the multi-node groups run on the same g6e NodePools: the GPU panels keep
+    the nodes their own serving pods run on (kube_pod_info's node, as the DCGM exporter's Hostname:
+    NODE_NAME from spec.nodeName, NVIDIA/dcgm-exporter 4.5.3-4.8.2 internal/pkg/hostname/hostname.go).
+    A warm spare's node (component warm-spare) is no server's either."""
+    from gennstack.observability.dashboards import dashboards, multi_node_dashboards
+
+    def queries(dashboard: dict) -> dict[str, str]:
+        return {p["title"]: p["targets"][0]["expr"] for p in dashboard["panels"] if p["title"].startswith("GPU")}
+
+    gen3 = queries(dashboards()["gennstack-gen3-g6e.json"])
+    groups = queries(multi_node_dashboards()["gennstack-gen3-g6e-multinode.json"])
+    pods = {"n1": ("srv", "gen3-g6e", "server"), "n2": ("grp", "gen3-g6e-multinode", "server"),
+            "n3": ("spare", "gen3-g6e", "warm-spare")}
+    series = []
+    for node, (pod, name, component) in pods.items():
+        series += [
+            {"series": f'DCGM_FI_DEV_GPU_UTIL{{Hostname="{node}", gpu="0"}}', "values": "50x10"},
+            {"series": f'DCGM_FI_DEV_FB_USED{{Hostname="{node}", gpu="0"}}', "values": "30x10"},
+            {"series": f'DCGM_FI_DEV_FB_FREE{{Hostname="{node}", gpu="0"}}', "values": "10x10"},
+            {"series": f'kube_pod_info{{namespace="s", pod="{pod}", node="{node}"}}', "values": "1x10"},
+            {"series": f'kube_pod_labels{{namespace="s", pod="{pod}", label_app_kubernetes_io_name="{name}", '
+                       f'label_app_kubernetes_io_component="{component}"}}', "values": "1x10"},
+        ]
+    tests = [{"interval": "1m", "input_series": series, "promql_expr_test": [
+        {"expr": gen3["GPU utilisation"], "eval_time": "5m", "exp_samples": [{"labels": '{Hostname="n1"}', "value": 50}]},
+        {"expr": gen3["GPU memory used"], "eval_time": "5m", "exp_samples": [{"labels": '{Hostname="n1"}', "value": 0.75}]},
+        {"expr": groups["GPU utilisation"], "eval_time": "5m", "exp_samples": [{"labels": '{Hostname="n2"}', "value": 50}]},
+        {"expr": groups["GPU memory used"], "eval_time": "5m", "exp_samples": [{"labels": '{Hostname="n2"}', "value": 0.75}]},
+    ]}]
+    promtool.write_rules(tmp_path, [])
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False), encoding="utf-8")
+    result = promtool.run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
