@@ -6,11 +6,17 @@ import json
 
 import pytest
 
-from gennstack_infra.components.interruption_handler import HANDLER_PATTERNS, KUBERNETES_GROUP, rbac_manifests, warm_spares
+from gennstack_infra.components.interruption_handler import (
+    HANDLER_PATTERNS,
+    KUBERNETES_GROUP,
+    TABLE_ACTIONS,
+    rbac_manifests,
+    warm_spares,
+)
 from gennstack.config import load_config
 from tests.eventbridge import delivered, sample
 from tests.k8s_schema import validate
-from tests.support import Synth
+from tests.support import ROOT, Synth
 
 
 def _resources(synth: Synth, resource_type: str, prefix: str = "InterruptionHandler") -> dict[str, dict]:
@@ -103,6 +109,7 @@ def test_function_environment_contract(synth: Synth) -> None:
     assert env["CLUSTER_CA"]["Fn::GetAtt"][1] == "CertificateAuthorityData"
     assert env["RECORD_TTL_SECONDS"] == "1800" and env["REPLACEMENT_GRACE_SECONDS"] == "900"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "GenNStack"
+    assert env["ACCOUNT_ID"] == {"Ref": "AWS::AccountId"}  # events of other accounts are dropped
     spares = json.loads(env["WARM_SPARES"])
     assert spares == {
         "gen1-inf2": {"baseline": 0, "cap": 2, "deployment": "gen1-inf2-warm-spare", "generation": "inf2", "namespace": "gennstack-serving"},
@@ -151,7 +158,30 @@ def test_iam_is_least_privilege(synth: Synth) -> None:
     table_id = next(iter(_resources(synth, "AWS::DynamoDB::GlobalTable")))
     dynamo = [s for s in statements if any(a.startswith("dynamodb:") for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
     assert dynamo and all(json.dumps(s["Resource"]).count(table_id) >= 1 for s in dynamo)
+    assert {a for a in actions if a.startswith("dynamodb:")} == set(TABLE_ACTIONS)
     assert not {a for a in actions if a.startswith(("sqs:Receive", "sqs:Delete", "eks:", "sts:"))}
+
+
+# boto3's DynamoDB Table resource methods -> the IAM action each one calls.
+TABLE_METHODS = {
+    "put_item": "dynamodb:PutItem", "update_item": "dynamodb:UpdateItem", "scan": "dynamodb:Scan",
+    "get_item": "dynamodb:GetItem", "query": "dynamodb:Query", "delete_item": "dynamodb:DeleteItem",
+    "batch_writer": "dynamodb:BatchWriteItem", "load": "dynamodb:DescribeTable", "reload": "dynamodb:DescribeTable",
+}
+
+
+def test_table_grant_is_the_handlers_table_calls() -> None:
+    """The handler's ``table.<method>(...)`` calls, read from its code, need exactly TABLE_ACTIONS."""
+    import ast
+
+    called = set()
+    for path in (ROOT / "lambdas" / "interruption_handler").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == "table":
+                called.add(node.func.attr)
+    assert called and called <= set(TABLE_METHODS), called
+    assert {TABLE_METHODS[m] for m in called} == set(TABLE_ACTIONS)
 
 
 def test_cluster_access_is_one_group_bound_to_scale_the_warm_spares(synth: Synth) -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from gennstack_infra.components.karpenter_interruption import INTERRUPTION_PATTERNS
 from tests.eventbridge import delivered, sample
+from tests.support import Synth
+
 SAMPLES = {
     "SpotInterruptionRule": "ec2-spot-instance-interruption-warning.json",
     "RebalanceRule": "ec2-instance-rebalance-recommendation.json",
@@ -49,3 +51,24 @@ def test_detail_types_are_spelled_as_aws_emits_them() -> None:
         "EC2 Instance State-change Notification",
         "EC2 Spot Instance Interruption Warning",
     ]
+
+
+def test_queue_accepts_messages_only_from_its_own_rules(synth: Synth) -> None:
+    """Every Allow in the queue's policy is conditioned on one of its rules' ARNs (aws:SourceArn).
+
+    Karpenter v1.14.1's getting-started CloudFormation (``KarpenterInterruptionQueuePolicy``) allows
+    events.amazonaws.com and sqs.amazonaws.com SendMessage with no condition: any account's rule
+    could then feed Karpenter fake interruptions. CDK's SqsQueue target adds the conditioned grant
+    per rule (aws-cdk-lib 2.275.0 aws-events-targets/lib/sqs.js)."""
+    (policy,) = [p for k, p in synth.resources("AWS::SQS::QueuePolicy").items() if k.startswith("KarpenterInterruption")]
+    rules = {k for k in synth.resources("AWS::Events::Rule") if k.startswith("KarpenterInterruption")}
+    assert len(rules) == len(INTERRUPTION_PATTERNS)
+    allows = [s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Allow"]
+    sources = set()
+    for statement in allows:
+        assert statement["Principal"] == {"Service": "events.amazonaws.com"}, statement
+        assert set(statement["Condition"]) == {"ArnEquals"}, statement
+        (arn,) = statement["Condition"]["ArnEquals"].values()
+        assert list(statement["Condition"]["ArnEquals"]) == ["aws:SourceArn"]
+        sources.add(arn["Fn::GetAtt"][0])
+    assert sources == rules

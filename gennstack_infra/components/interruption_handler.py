@@ -33,6 +33,9 @@ KUBERNETES_GROUP = "gennstack:warm-spare-scalers"
 # A second group for drain routing: list nodes, list and label serving pods (see lambdas/.../drain.py).
 DRAIN_GROUP = "gennstack:serving-drainers"
 ROUTABLE_LABEL = "gennstack.io/routable"
+# The handler's DynamoDB calls (boto3 Table methods -> IAM actions); tests read the handler's code
+# for its table calls and compare.
+TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan")
 # config's drain_on signal names -> the handler's Signal values (lambdas/interruption_handler/events.py)
 DRAIN_SIGNALS = {"rebalance": "rebalance_recommendation", "warning": "spot_interruption_warning", "scheduled_change": "scheduled_change"}
 
@@ -392,6 +395,8 @@ class InterruptionHandler(Construct):
                 "CLUSTER_ENDPOINT": cluster.cluster_endpoint,
                 "CLUSTER_CA": cluster.cluster_certificate_authority_data,
                 "TABLE_NAME": self.table.table_name,
+                # Events of any other account are dropped (ForeignEvents metric, a WARNING line).
+                "ACCOUNT_ID": Aws.ACCOUNT_ID,
                 "WARM_SPARES": json.dumps(spares, sort_keys=True),
                 "DRAIN_ON": json.dumps(drains, sort_keys=True),
                 "RECORD_TTL_SECONDS": str(settings.record_ttl_seconds),
@@ -413,7 +418,9 @@ class InterruptionHandler(Construct):
             alarm_description="The interruption handler failed (it retries; the dead-letter alarm fires when "
             "retries are exhausted). Its logs name the reason.",
         )
-        self.table.grant_read_write_data(self.function)
+        # Exactly the calls the handler makes (lambdas/interruption_handler/interruptions.py: put_item,
+        # update_item, scan; the boto3 Table resource never loads itself, so no DescribeTable).
+        self.table.grant(self.function, *TABLE_ACTIONS)
         self.function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["ec2:DescribeInstances"],

@@ -36,6 +36,14 @@ class KarpenterInterruptionQueue(Construct):
     Relies on: Karpenter deletes each message it reads, so nothing else may consume this queue
     (GenNStack's own interruption handler has its own rules); messages older than five minutes
     describe instances that are already gone, so retention is short.
+
+    Only these rules may send to it. Each ``SqsQueue`` target grants ``events.amazonaws.com``
+    SendMessage with ``ArnEquals aws:SourceArn`` = its rule (aws-cdk-lib 2.275.0
+    aws-events-targets/lib/sqs.js, for a queue without a KMS key). Karpenter's getting-started
+    CloudFormation (v1.14.1 website/content/en/docs/getting-started/getting-started-with-karpenter/
+    cloudformation.yaml, ``KarpenterInterruptionQueuePolicy``) also allows ``events.amazonaws.com``
+    and ``sqs.amazonaws.com`` with no condition, which would let any account's EventBridge rule
+    feed this queue fake interruptions; GenNStack leaves that statement out.
     """
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
@@ -46,14 +54,6 @@ class KarpenterInterruptionQueue(Construct):
             retention_period=Duration.minutes(5),
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
-        )
-        self.queue.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowEventBridgeAndSqs",
-                actions=["sqs:SendMessage"],
-                principals=[iam.ServicePrincipal("events.amazonaws.com"), iam.ServicePrincipal("sqs.amazonaws.com")],
-                resources=[self.queue.queue_arn],
-            )
         )
         Validations.of(self.queue).acknowledge(
             Acknowledgment(

@@ -16,6 +16,7 @@ class Ignored(StrEnum):
 
     FOREIGN_EVENT = "foreign_event"  # a source/detail-type this function does not handle
     FOREIGN_REGION = "foreign_region"  # an event from another region
+    FOREIGN_ACCOUNT = "foreign_account"  # an event whose account is not the function's (another account's bus)
     NOT_SCHEDULED_CHANGE = "not_ec2_scheduled_change"  # an AWS Health event that is not an EC2 scheduled change
     HEALTH_EVENT_CLOSED = "health_event_closed"  # a Health event whose change is over
     NO_INSTANCES = "no_instances"  # a Health event that names no EC2 instance

@@ -10,7 +10,9 @@ Handled (source / detail-type):
 * ``aws.events`` / ``Scheduled Event``: reconcile.
 
 ``aws.*`` sources cannot be put on a bus with PutEvents, so checking them here means the event came
-from the AWS service (or from a principal allowed to invoke the function directly).
+from the AWS service (or from a principal allowed to invoke the function directly). An AWS service's
+event carries the account it happened in; one from another account (a bus that other accounts may
+send to, a rule that forwards them) is not ours: ``account`` must be the function's own.
 Anything else is :class:`~.errors.Ignored`; an event of a handled type that does not have the
 documented shape raises :class:`~.errors.HandlerError` with ``malformed_event``.
 """
@@ -114,14 +116,19 @@ class _HealthDetail(_Detail):
     affected_entities: list[_Entity] = Field(default_factory=list, alias="affectedEntities")
 
 
-def classify(event: Any, *, region: str) -> Classified:
-    """Validate ``event`` and say what it asks for. Raises ``HandlerError(malformed_event)``."""
+def classify(event: Any, *, region: str, account: str) -> Classified:
+    """Validate ``event`` and say what it asks for. Raises ``HandlerError(malformed_event)``.
+
+    ``region`` and ``account`` are the function's own: an event from elsewhere is :class:`NotOurs`.
+    """
     envelope = _envelope(event)
     event_id = envelope.id[:128]  # ids reach the logs: keep hostile ones short
     kind = (envelope.source, envelope.detail_type)
     known = kind in _INTERRUPTION_TYPES or kind in (STATE_CHANGE, SCHEDULED)
     if not known:
         return NotOurs(Ignored.FOREIGN_EVENT, event_id, f"source={envelope.source!r} detail-type={envelope.detail_type!r}")
+    if envelope.account != account:
+        return NotOurs(Ignored.FOREIGN_ACCOUNT, event_id, f"event account {envelope.account!r}, function account {account!r}")
     if envelope.region != region:
         return NotOurs(Ignored.FOREIGN_REGION, event_id, f"event region {envelope.region!r}, function region {region!r}")
     event_time = envelope.time if envelope.time.tzinfo else envelope.time.replace(tzinfo=UTC)

@@ -21,7 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
 from .eks_auth import eks_token
-from .errors import HandlerError, InvocationFailed, Reason
+from .errors import HandlerError, Ignored, InvocationFailed, Reason
 from .events import Interruption, NotOurs, Reconcile, StateChange, classify
 from .interruptions import Report, handle_interruption, handle_state_change, reconcile
 from .kube import KubeClient
@@ -30,6 +30,8 @@ from .settings import ConfigError, Settings
 logger = Logger()
 # Leave the kube calls a margin before Lambda's own timeout, so a failure is logged, not cut off.
 DEADLINE_MARGIN_S = 2.0
+# Ignored outcomes that are also counted (metric ForeignEvents) and logged at WARNING.
+FOREIGN = frozenset({Ignored.FOREIGN_ACCOUNT, Ignored.FOREIGN_REGION})
 _AWS_CONFIG = Config(connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 3})
 
 
@@ -75,14 +77,20 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         raise InvocationFailed([failure]) from exc
     namespace = rt.settings.metrics_namespace
     try:
-        classified = classify(event, region=rt.settings.region)
+        classified = classify(event, region=rt.settings.region, account=rt.settings.account_id)
     except HandlerError as failure:
         _fail([failure], namespace=namespace)
         raise InvocationFailed([failure]) from failure
 
     if isinstance(classified, NotOurs):
         fields = {"outcome": "ignored", "reason": classified.reason.value, "event_id": classified.event_id, "detail": classified.detail}
-        logger.info("event is not ours", extra=fields)
+        if classified.reason in FOREIGN:
+            # Not a kind of event to ignore quietly: the rules match this account's and region's
+            # events only, so one from elsewhere came by another path (a shared bus, a direct invoke).
+            logger.warning("event from another account or region dropped", extra=fields)
+            _metric("ForeignEvents", MetricUnit.Count, 1, namespace, reason=classified.reason.value)
+        else:
+            logger.info("event is not ours", extra=fields)
         return fields
     logger.append_keys(event_id=classified.event_id)
     if isinstance(classified, Interruption):

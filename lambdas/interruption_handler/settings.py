@@ -27,6 +27,7 @@ _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z
 # EKS cluster names: 1-100 characters, alphanumerics, hyphens and underscores, starting alphanumeric.
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 _NODEPOOL = _DNS_SUBDOMAIN
+_ACCOUNT_ID = re.compile(r"^[0-9]{12}$")
 
 
 class ConfigError(ValueError):
@@ -70,6 +71,7 @@ class Settings:
     cluster_ca_pem: str
     table_name: str
     region: str
+    account_id: str  # events from any other account are not ours (events.classify)
     warm_spares: Mapping[str, WarmSpare]  # keyed by Karpenter NodePool name
     record_ttl_seconds: int = DEFAULT_RECORD_TTL_SECONDS
     replacement_grace_seconds: int = DEFAULT_REPLACEMENT_GRACE_SECONDS
@@ -102,6 +104,7 @@ class Settings:
             cluster_ca_pem=_ca_pem(_required(env, "CLUSTER_CA")),
             table_name=_required(env, "TABLE_NAME"),
             region=_required(env, "AWS_REGION"),
+            account_id=_account(_required(env, "ACCOUNT_ID")),
             warm_spares=MappingProxyType(warm_spares),
             record_ttl_seconds=_int(env, "RECORD_TTL_SECONDS", DEFAULT_RECORD_TTL_SECONDS, minimum=60),
             replacement_grace_seconds=_int(
@@ -235,6 +238,12 @@ def _required(env: Mapping[str, str], key: str) -> str:
     value = env.get(key, "").strip()
     if not value:
         raise ConfigError(f"{key} is required and empty or unset")
+    return value
+
+
+def _account(value: str) -> str:
+    if not _ACCOUNT_ID.match(value):
+        raise ConfigError(f"ACCOUNT_ID={value!r} is not a 12-digit AWS account id")
     return value
 
 

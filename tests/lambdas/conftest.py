@@ -18,6 +18,7 @@ from lambdas.interruption_handler.settings import Settings
 from tests.lambdas.fake_kubernetes import Deployment, FakeKubernetes
 from tests.lambdas.lambda_support import (
     ACCESS_KEY,
+    ACCOUNT,
     AMI,
     CLUSTER,
     NAMESPACE,
@@ -80,6 +81,7 @@ def env(kubernetes: FakeKubernetes, tls: Tls, monkeypatch: pytest.MonkeyPatch) -
         "CLUSTER_ENDPOINT": kubernetes.endpoint,
         "CLUSTER_CA": tls.ca_b64,
         "TABLE_NAME": "interruptions",
+        "ACCOUNT_ID": ACCOUNT,
         "WARM_SPARES": json.dumps(WARM_SPARES),
         "RECORD_TTL_SECONDS": "1800",
         "REPLACEMENT_GRACE_SECONDS": "600",

@@ -18,6 +18,8 @@ from cryptography.x509.oid import NameOID
 
 EVENTS = Path(__file__).parent / "events"
 REGION = "us-east-1"
+# The account of every sample event in events/ (the function's own in these tests).
+ACCOUNT = "123456789012"
 CLUSTER = "gennstack"
 ACCESS_KEY = "AKIDEXAMPLE"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

@@ -11,20 +11,21 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from lambdas.interruption_handler.errors import HandlerError, Ignored, Reason
 from lambdas.interruption_handler.events import Interruption, NotOurs, Reconcile, Signal, StateChange, classify
-from tests.lambdas.lambda_support import EVENTS, REGION, load_event
+from tests.lambdas.lambda_support import ACCOUNT, EVENTS, REGION, load_event
 
 ID = "i-1234567890abcdef0"
+OTHER_ACCOUNT = "210987654321"
 
 
 def test_spot_interruption_warning() -> None:
-    result = classify(load_event("spot_interruption_warning"), region=REGION)
+    result = classify(load_event("spot_interruption_warning"), region=REGION, account=ACCOUNT)
     assert result == Interruption(
         Signal.SPOT_WARNING, (ID,), "12345678-1234-1234-1234-123456789012", datetime(2026, 3, 2, 10, 15, tzinfo=UTC)
     )
 
 
 def test_rebalance_recommendation() -> None:
-    result = classify(load_event("rebalance_recommendation"), region=REGION)
+    result = classify(load_event("rebalance_recommendation"), region=REGION, account=ACCOUNT)
     assert isinstance(result, Interruption)
     assert (result.signal, result.instance_ids) == (Signal.REBALANCE, (ID,))
 
@@ -33,7 +34,7 @@ def test_health_scheduled_change_takes_instances_from_entities_and_resources_onc
     event = load_event("health_scheduled_change")
     event["resources"] = [ID, "arn:aws:ec2:us-east-1:123456789012:instance/i-0aaaaaaaaaaaaaaaa", "vol-0123456789abcdef0"]
     event["detail"]["affectedEntities"].append({"entityValue": "vol-0123456789abcdef0"})
-    result = classify(event, region=REGION)
+    result = classify(event, region=REGION, account=ACCOUNT)
     assert isinstance(result, Interruption)
     assert result.signal is Signal.SCHEDULED_CHANGE
     assert result.instance_ids == (ID, "i-0aaaaaaaaaaaaaaaa")
@@ -41,12 +42,12 @@ def test_health_scheduled_change_takes_instances_from_entities_and_resources_onc
 
 @pytest.mark.parametrize("state", ["shutting-down", "terminated", "stopping", "stopped"])
 def test_terminal_state_change(state: str) -> None:
-    result = classify(load_event("instance_state_change", detail={"state": state}), region=REGION)
+    result = classify(load_event("instance_state_change", detail={"state": state}), region=REGION, account=ACCOUNT)
     assert result == StateChange(ID, state, "7bf73129-1428-4cd3-a780-95db273d1602", datetime(2026, 3, 2, 10, 17, 5, tzinfo=UTC))
 
 
 def test_scheduled_event_reconciles() -> None:
-    assert classify(load_event("scheduled_event"), region=REGION) == Reconcile(
+    assert classify(load_event("scheduled_event"), region=REGION, account=ACCOUNT) == Reconcile(
         "89d1a02d-5ec7-412e-82f5-13505f849b41", datetime(2026, 3, 2, 10, 20, tzinfo=UTC)
     )
 
@@ -59,6 +60,12 @@ def test_scheduled_event_reconciles() -> None:
         (load_event("spot_interruption_warning", fields={"detail-type": "EC2 Spot Fleet Error"}), Ignored.FOREIGN_EVENT),
         (load_event("scheduled_event", fields={"source": "aws.scheduler"}), Ignored.FOREIGN_EVENT),
         (load_event("spot_interruption_warning", fields={"region": "eu-west-1"}), Ignored.FOREIGN_REGION),
+        # Another account's events, of every kind the function acts on (a bus others may send to).
+        (load_event("spot_interruption_warning", fields={"account": OTHER_ACCOUNT}), Ignored.FOREIGN_ACCOUNT),
+        (load_event("rebalance_recommendation", fields={"account": OTHER_ACCOUNT}), Ignored.FOREIGN_ACCOUNT),
+        (load_event("health_scheduled_change", fields={"account": OTHER_ACCOUNT}), Ignored.FOREIGN_ACCOUNT),
+        (load_event("instance_state_change", detail={"state": "terminated"}, fields={"account": OTHER_ACCOUNT}), Ignored.FOREIGN_ACCOUNT),
+        (load_event("scheduled_event", fields={"account": OTHER_ACCOUNT}), Ignored.FOREIGN_ACCOUNT),
         (load_event("instance_state_change", detail={"state": "running"}), Ignored.NON_TERMINAL_STATE),
         (load_event("instance_state_change", detail={"state": "pending"}), Ignored.NON_TERMINAL_STATE),
         (load_event("health_scheduled_change", detail={"service": "RDS"}), Ignored.NOT_SCHEDULED_CHANGE),
@@ -68,7 +75,7 @@ def test_scheduled_event_reconciles() -> None:
     ],
 )
 def test_events_that_are_not_ours(event: dict[str, Any], reason: Ignored) -> None:
-    result = classify(event, region=REGION)
+    result = classify(event, region=REGION, account=ACCOUNT)
     assert isinstance(result, NotOurs)
     assert result.reason is reason
 
@@ -76,7 +83,7 @@ def test_events_that_are_not_ours(event: dict[str, Any], reason: Ignored) -> Non
 @pytest.mark.parametrize("path", sorted(EVENTS.glob("malformed_*.json")), ids=lambda p: p.stem)
 def test_malformed_samples(path: Any) -> None:
     with pytest.raises(HandlerError) as caught:
-        classify(json.loads(path.read_text()), region=REGION)
+        classify(json.loads(path.read_text()), region=REGION, account=ACCOUNT)
     assert caught.value.reason is Reason.MALFORMED_EVENT
 
 
@@ -98,7 +105,7 @@ def test_malformed_samples(path: Any) -> None:
 )
 def test_malformed_values(event: Any) -> None:
     with pytest.raises(HandlerError) as caught:
-        classify(event, region=REGION)
+        classify(event, region=REGION, account=ACCOUNT)
     assert caught.value.reason is Reason.MALFORMED_EVENT
 
 
@@ -106,12 +113,12 @@ def test_malformed_log_fields_leave_out_the_input() -> None:
     secret = "x" * 50 + "-do-not-log"
     event = load_event("spot_interruption_warning", detail={"instance-id": {"nested": secret}})
     with pytest.raises(HandlerError) as caught:
-        classify(event, region=REGION)
+        classify(event, region=REGION, account=ACCOUNT)
     assert secret not in json.dumps(caught.value.log_fields())
 
 
 def test_hostile_values_stay_short_in_the_log() -> None:
-    result = classify(load_event("foreign_s3_object_created", fields={"id": "x" * 10_000, "source": "y" * 10_000}), region=REGION)
+    result = classify(load_event("foreign_s3_object_created", fields={"id": "x" * 10_000, "source": "y" * 10_000}), region=REGION, account=ACCOUNT)
     assert isinstance(result, NotOurs)
     assert len(result.event_id or "") <= 128 and len(result.detail) <= 200
 
@@ -149,7 +156,7 @@ def mutated_events(draw: st.DrawFn) -> Any:
 
 def _assert_classified(event: Any) -> None:
     try:
-        result = classify(event, region=REGION)
+        result = classify(event, region=REGION, account=ACCOUNT)
     except HandlerError as error:
         assert error.reason is Reason.MALFORMED_EVENT
         json.dumps(error.log_fields())  # loggable

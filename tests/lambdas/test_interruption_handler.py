@@ -66,6 +66,25 @@ def test_spot_warning_records_and_prewarms(
     assert not _errors(lines)
 
 
+def test_another_accounts_event_is_dropped_with_a_warning_and_a_metric(
+    handler: Any, lambda_context: LambdaContext, launch: Launch, table: Any, kubernetes: FakeKubernetes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A spot warning naming one of our instances, from another account: nothing recorded, nothing scaled."""
+    instance_id = launch("gen1-inf2-spot")
+    event = load_event("spot_interruption_warning", instance_id=instance_id, fields={"account": "210987654321"})
+    result = handler.lambda_handler(event, lambda_context)
+
+    assert (result["outcome"], result["reason"]) == ("ignored", "foreign_account")
+    assert _records(table) == {}
+    assert kubernetes.patches() == []
+    lines = _lines(capsys.readouterr().out)
+    [warning] = [line for line in lines if line.get("level") == "WARNING"]
+    assert warning["reason"] == "foreign_account" and "210987654321" in warning["detail"]
+    [metric] = _metrics(lines, "ForeignEvents")
+    assert metric["ForeignEvents"] == [1.0] and metric["reason"] == "foreign_account"
+    assert not _errors(lines)
+
+
 def test_duplicate_delivery_does_nothing_twice(
     handler: Any, lambda_context: LambdaContext, launch: Launch, table: Any, kubernetes: FakeKubernetes, capsys: pytest.CaptureFixture[str]
 ) -> None:

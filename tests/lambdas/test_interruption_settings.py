@@ -19,6 +19,7 @@ VALID = {
     "TABLE_NAME": "GenNStack-InterruptionTable-1ABC",
     "WARM_SPARES": json.dumps(WARM_SPARES),
     "AWS_REGION": "us-east-1",
+    "ACCOUNT_ID": "123456789012",
     "POWERTOOLS_METRICS_NAMESPACE": "GenNStack",
 }
 
@@ -57,6 +58,9 @@ def _spares(**changes: Any) -> str:
         ({"CLUSTER_CA": base64.b64encode(b"hello").decode()}, "no PEM certificate"),
         ({"TABLE_NAME": " "}, "TABLE_NAME is required"),
         ({"AWS_REGION": ""}, "AWS_REGION is required"),
+        ({"ACCOUNT_ID": ""}, "ACCOUNT_ID is required"),
+        ({"ACCOUNT_ID": "12345678901"}, "ACCOUNT_ID='12345678901' is not a 12-digit AWS account id"),
+        ({"ACCOUNT_ID": "${Token[AWS.AccountId.7]}"}, "ACCOUNT_ID="),
         ({"POWERTOOLS_METRICS_NAMESPACE": ""}, "POWERTOOLS_METRICS_NAMESPACE is required"),
         ({"RECORD_TTL_SECONDS": "soon"}, "RECORD_TTL_SECONDS='soon' must be an integer"),
         ({"RECORD_TTL_SECONDS": "30"}, "RECORD_TTL_SECONDS=30 must be at least 60"),
