@@ -20,6 +20,7 @@ from gennstack_infra.components.network import Network
 from gennstack_infra.components.node_pools import NodePools
 from gennstack_infra.components.operators import Operators
 from gennstack_infra.components.ordering import KubernetesDeployOrder
+from gennstack_infra.components.pod_identity import scope_pod_identity_trust
 from gennstack_infra.components.serving import Serving
 from gennstack import pod_security
 from gennstack.config import GenNStackConfig
@@ -129,6 +130,9 @@ class GenNStack(Stack):
         Aspects.of(self).add(
             KubernetesDeployOrder(ready=self.cluster.ready, first_chart=self.load_balancer_controller.chart)
         )
+
+        # Every Pod Identity role: assumable only by its association's service account in this cluster.
+        self.pod_identity_trust = scope_pod_identity_trust(self)
 
         for output_id, value, description in (
             ("ClusterName", self.cluster.cluster.cluster_name, "EKS cluster (aws eks update-kubeconfig --name ...)"),
