@@ -15,7 +15,7 @@ import yaml
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack.observability.names import CLIENT_LABEL
-from gennstack.gateway.values import (CLIENT_HEADER, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS,
+from gennstack.gateway.values import (CLIENT_HEADER, MIN_DRAIN_S, RATE_LIMIT_POD_LABELS, SECRETS_REFRESH_INTERVAL,
                                       REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,
                                       envoy_gateway_values, gateway_chart_values, redis_url)
 from gennstack.config_base import frozen
@@ -271,6 +271,8 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     (keys,) = [e for e in docs["ExternalSecret"] if e["metadata"]["name"].endswith("-api-keys")]
     assert keys["spec"]["dataFrom"] == [{"extract": {"key": API_KEYS}}]
     assert keys["spec"]["secretStoreRef"] == {"kind": "ClusterSecretStore", "name": store["metadata"]["name"]}
+    # a revoked key stops working within a minute of its removal from Secrets Manager (docs/gateway.md)
+    assert {e["spec"]["refreshInterval"] for e in docs["ExternalSecret"]} == {SECRETS_REFRESH_INTERVAL} == {"1m"}
     (sp,) = docs["SecurityPolicy"]
     assert sp["spec"]["apiKeyAuth"]["credentialRefs"][0]["name"] == keys["spec"]["target"]["name"]
     # Langfuse: off by default; when on, keys from Secrets Manager into the proxies' namespace
