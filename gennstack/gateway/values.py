@@ -356,10 +356,27 @@ def ai_gateway_values(*, system_node_selector: dict[str, str] | None = None,
 
 def external_secrets_values(*, system_node_selector: dict[str, str] | None = None,
                             system_tolerations: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """External Secrets Operator: its controller's service account gets the Pod Identity role."""
+    """External Secrets Operator: its controller's service account gets the Pod Identity role.
+
+    No namespaced SecretStore is ever usable. One with an ``aws`` provider and no ``auth`` gets the
+    SDK's default credentials, which are the controller's own (external-secrets v2.9.0
+    providers/v1/aws/auth/auth.go ``constructCredsProvider``: no JWT or secretRef auth -> nil, and
+    ``New`` loads the default config), so anyone who may create a SecretStore in any namespace could
+    read every secret the role may (the gateway's API keys). ``processSecretStore: false`` (chart
+    2.9.0 values.yaml; ``--enable-secret-store-reconciler=false`` in templates/deployment.yaml) leaves
+    SecretStores without a Ready condition, and the client manager refuses a store that is not Ready
+    while the flood gate is on (pkg/controllers/secretstore/client_manager.go ``Get`` ->
+    ``assertStoreIsUsable``; ``--enable-flood-gate`` defaults to true in cmd/controller/root.go).
+    The aggregated edit/admin ClusterRoles the chart adds grant ``secretstores`` but not
+    ``secretstores/status`` (templates/rbac.yaml), so a namespace editor cannot set Ready itself.
+    GenNStack's stores are ClusterSecretStores whose ``conditions`` name the namespaces they serve
+    (the project's docs/guides/security-best-practices.md, "Configure ClusterSecretStore match
+    conditions"). The SecretStore CRD stays installed: the cert controller's ``--crd-names`` still
+    lists it unless ClusterSecretStores are off (templates/cert-controller-deployment.yaml)."""
     system = {"nodeSelector": dict(system_node_selector or {}), "tolerations": list(system_tolerations or [])}
     return {
         "installCRDs": True,
+        "processSecretStore": False,
         "serviceAccount": {"create": False, "name": EXTERNAL_SECRETS_SERVICE_ACCOUNT},
         **system,
         "webhook": {**system},

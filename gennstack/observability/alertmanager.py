@@ -152,13 +152,20 @@ STORE_NAME = "gennstack-alerting"
 
 
 def secret_store(*, region: str) -> dict[str, Any]:
-    """A SecretStore in the monitoring namespace only, authenticating as the External Secrets controller
-    (EKS Pod Identity; its role may read only the secrets the stack grants it)."""
+    """A ClusterSecretStore that serves the monitoring namespace only, authenticating as the External
+    Secrets controller (EKS Pod Identity; its role may read only the secrets the stack grants it).
+
+    Not a namespaced SecretStore: the controller reconciles none (``processSecretStore: false``, see
+    ``gennstack.gateway.values.external_secrets_values``), so a SecretStore that anyone creates in any
+    namespace cannot borrow the controller's credentials."""
     return {
         "apiVersion": "external-secrets.io/v1",
-        "kind": "SecretStore",
-        "metadata": {"name": STORE_NAME, "namespace": names.MONITORING_NAMESPACE},
-        "spec": {"provider": {"aws": {"service": "SecretsManager", "region": region}}},
+        "kind": "ClusterSecretStore",
+        "metadata": {"name": STORE_NAME},
+        "spec": {
+            "conditions": [{"namespaces": [names.MONITORING_NAMESPACE]}],
+            "provider": {"aws": {"service": "SecretsManager", "region": region}},
+        },
     }
 
 
@@ -173,7 +180,7 @@ def external_secrets(config: MonitoringConfig, *, refresh_interval: str = "1h") 
             "metadata": {"name": secret_name(receiver), "namespace": names.MONITORING_NAMESPACE},
             "spec": {
                 "refreshInterval": refresh_interval,
-                "secretStoreRef": {"kind": "SecretStore", "name": STORE_NAME},
+                "secretStoreRef": {"kind": "ClusterSecretStore", "name": STORE_NAME},
                 "target": {"name": secret_name(receiver), "creationPolicy": "Owner"},
                 "data": [{"secretKey": key, "remoteRef": {"key": receiver.secret_name, "property": key}}],
             },

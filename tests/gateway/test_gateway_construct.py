@@ -214,3 +214,40 @@ def test_proxies_namespace_injects_the_nlb_readiness_gate(template) -> None:
     (eg_id,) = [k for k, v in charts.items() if v["Properties"]["Release"] == "gateway-helm"]
     assert next(iter(manifests)) in charts[eg_id]["DependsOn"]
     assert charts[eg_id]["Properties"].get("CreateNamespace") in (None, False)
+
+
+# external-secrets helm-chart-2.9.0 deploy/charts/external-secrets/values.yaml: the keys
+# external_secrets_values() sets (processSecretStore: default true; false adds
+# --enable-secret-store-reconciler=false in templates/deployment.yaml).
+EXTERNAL_SECRETS_2_9_0_VALUES = {
+    "installCRDs": bool, "processSecretStore": bool, "serviceAccount": {"create": bool, "name": str},
+    "nodeSelector": dict, "tolerations": list, "webhook": {"nodeSelector": dict, "tolerations": list},
+    "certController": {"nodeSelector": dict, "tolerations": list},
+}
+
+
+def _shape(value, shape) -> bool:
+    if isinstance(shape, dict):
+        return isinstance(value, dict) and set(value) <= set(shape) and all(_shape(v, shape[k]) for k, v in value.items())
+    return isinstance(value, shape)
+
+
+def test_no_namespaced_secret_store_can_borrow_the_controllers_credentials(template, variant) -> None:
+    """A SecretStore with no auth would use the External Secrets controller's Pod Identity role
+    (v2.9.0 providers/v1/aws/auth/auth.go): the controller reconciles none, so none is ever Ready,
+    and with the flood gate on (its default; no extraArgs here) an ExternalSecret refuses a store
+    that is not Ready (pkg/controllers/secretstore/client_manager.go). GenNStack's own stores are
+    ClusterSecretStores limited to the namespaces they serve."""
+    for synthesized in (template, variant):
+        values = _values(_charts(synthesized)["external-secrets"])
+        assert _shape(values, EXTERNAL_SECRETS_2_9_0_VALUES), values
+        assert values["processSecretStore"] is False
+        manifests = "".join(_joined(r["Properties"]["Manifest"])
+                            for r in _resources(synthesized, "Custom::AWSCDK-EKS-KubernetesResource").values())
+        assert '"kind":"SecretStore"' not in manifests.replace(" ", "")
+
+
+def _joined(value) -> str:
+    if isinstance(value, dict):
+        return "".join(part if isinstance(part, str) else "TOKEN" for part in value["Fn::Join"][1])
+    return value

@@ -113,4 +113,7 @@ def test_external_secrets_copy_each_receivers_key_from_secrets_manager() -> None
         ("gennstack-alerting-chat", {"key": "gennstack/alerting/slack", "property": "api_url"}),
         ("gennstack-alerting-hook", {"key": "gennstack/alerting/hook", "property": "token"}),
     ]
-    assert all(s["spec"]["secretStoreRef"] == {"kind": "SecretStore", "name": store["metadata"]["name"]} for s in secrets)
+    assert all(s["spec"]["secretStoreRef"] == {"kind": "ClusterSecretStore", "name": store["metadata"]["name"]} for s in secrets)
+    # a ClusterSecretStore for the monitoring namespace only: the controller reconciles no SecretStore
+    assert store["kind"] == "ClusterSecretStore"
+    assert store["spec"]["conditions"] == [{"namespaces": [names.MONITORING_NAMESPACE]}]

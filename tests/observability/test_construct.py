@@ -119,8 +119,8 @@ def test_receivers_sns_role_may_only_publish_to_its_topic_and_secrets_come_throu
     assert statement["Resource"] == VARIANT["monitoring"]["receivers"][0]["topic_arn"]
     (logical_id,) = _manifest_ids(synth_variant, "EksClustermanifestAlertReceiverSecrets")
     objects = json.loads(synth_variant.template["Resources"][logical_id]["Properties"]["Manifest"])
-    assert [(o["kind"], o["metadata"]["namespace"]) for o in objects] == [
-        ("SecretStore", names.MONITORING_NAMESPACE), ("ExternalSecret", names.MONITORING_NAMESPACE)]
+    assert [(o["kind"], o["metadata"].get("namespace")) for o in objects] == [
+        ("ClusterSecretStore", None), ("ExternalSecret", names.MONITORING_NAMESPACE)]
     readers = [s for p in synth_variant.resources("AWS::IAM::Policy").values()
                for s in p["Properties"]["PolicyDocument"]["Statement"] if s["Action"] == "secretsmanager:GetSecretValue"]
     assert any("gennstack/alerting/pagerduty-??????" in json.dumps(s["Resource"]) for s in readers)
