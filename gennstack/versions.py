@@ -110,6 +110,16 @@ EBS_CSI_DRIVER = Chart("aws-ebs-csi-driver", "https://kubernetes-sigs.github.io/
 # (hack/push-chart.sh) pins the image to the release tag with pullPolicy IfNotPresent.
 LWS = Chart("lws", "oci://registry.k8s.io/lws/charts/lws", "0.10.0")
 
+# Redis: the gateway's rate-limit counters (alpine) and gen1-inf2's GCS fault-tolerance store. The
+# newest patch of the 7.4 line in docker-library/official-images library/redis at 37079fb
+# (2026-08-21: "Tags: 7.4.11, 7.4, 7, ..." and "7.4.11-alpine, 7.4-alpine, ..."); 7.4.2 and 7.4.0,
+# pinned before, predate the fix of CVE-2025-49844 (Lua use-after-free, remote code execution by
+# any client that may EVAL; fixed in 7.4.6). Staying on 7.4: KubeRay v1.7.0's external-Redis sample
+# and Envoy's rate-limit service are what GenNStack runs against. By tag, not digest: no registry is
+# reachable where synth runs, so a digest could not be checked here.
+REDIS_IMAGE = "docker.io/library/redis:7.4.11"
+REDIS_ALPINE_IMAGE = "docker.io/library/redis:7.4.11-alpine"
+
 CHARTS: tuple[Chart, ...] = (
     KARPENTER_CRD,
     KARPENTER,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gennstack import versions
 from gennstack.gateway.config import FALLBACK_STATUS, PREFIX_KEY_HEADER, GatewayConfig, RoutingTable
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, MAX_EJECTION_PERCENT,
                                              OVERPROVISIONING_FACTOR, RATE_LIMIT_RESET_HEADER, UNEJECT_ON_PASSING_HEALTH_CHECK,
@@ -234,7 +235,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "recordContent": langfuse.record_content,
         },
         "redis": {
-            "image": "docker.io/library/redis:7.4.2-alpine",
+            "image": versions.REDIS_ALPINE_IMAGE,
             "remoteSecretName": redis_secret_name,
             "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
         },

@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
+from gennstack import versions
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack.observability.names import CLIENT_LABEL
@@ -271,6 +272,10 @@ def test_secrets_come_from_secrets_manager(default_docs, variant_docs) -> None:
     (keys,) = [e for e in docs["ExternalSecret"] if e["metadata"]["name"].endswith("-api-keys")]
     assert keys["spec"]["dataFrom"] == [{"extract": {"key": API_KEYS}}]
     assert keys["spec"]["secretStoreRef"] == {"kind": "ClusterSecretStore", "name": store["metadata"]["name"]}
+    # Redis, as CDK's values render it: the pinned patched release (tests/test_redis_images.py)
+    images = {c["image"] for d in docs.get("Deployment", []) for c in d["spec"]["template"]["spec"]["containers"]
+              if "redis" in c["image"]}
+    assert images == {versions.REDIS_ALPINE_IMAGE}
     # a revoked key stops working within a minute of its removal from Secrets Manager (docs/gateway.md)
     assert {e["spec"]["refreshInterval"] for e in docs["ExternalSecret"]} == {SECRETS_REFRESH_INTERVAL} == {"1m"}
     (sp,) = docs["SecurityPolicy"]
