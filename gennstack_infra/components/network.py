@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, Tags, Validations
+from aws_cdk import Acknowledgment, Aws, Tags, Validations
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
 
@@ -80,6 +81,8 @@ class Network(Construct):
         self.s3_endpoint = self.vpc.add_gateway_endpoint(
             "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3
         )
+        for statement in s3_endpoint_policy():
+            self.s3_endpoint.add_to_policy(statement)
         # Free as well: the interruption handler's table is reached without NAT.
         self.dynamodb_endpoint = self.vpc.add_gateway_endpoint(
             "DynamoDbEndpoint", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB
@@ -124,6 +127,44 @@ class Network(Construct):
             "DestinationOptions",
             {"FileFormat": "parquet", "HiveCompatiblePartitions": True, "PerHourPartition": False},
         )
+
+
+# AWS-owned buckets in the stack's region that nodes and pods read through the S3 gateway endpoint
+# (same-region S3 traffic takes the endpoint, so its policy must allow them):
+# - ECR image layers: "Minimum Amazon S3 bucket permissions for Amazon ECR" (ECR User Guide,
+#   vpc-endpoints: arn:aws:s3:::prod-region-starport-layer-bucket/*), for the EKS add-ons', the
+#   Neuron DLCs' and the stack's own images;
+# - Amazon Linux 2023 package repositories (AL2023 User Guide: arn:aws:s3:::al2023-repos-region-de612dc2/*),
+#   for dnf on the AL2023 nodes;
+# - registry.k8s.io's blob mirror: in AWS it redirects layer downloads to prod-registry-k8s-io-<region>
+#   (kubernetes/registry.k8s.io, cmd/archeio's region map), for metrics-server, kube-state-metrics and LWS.
+AWS_OWNED_READ_BUCKETS = (
+    "prod-{region}-starport-layer-bucket",
+    "al2023-repos-{region}-de612dc2",
+    "prod-registry-k8s-io-{region}",
+)
+
+
+def s3_endpoint_policy() -> list[iam.PolicyStatement]:
+    """The S3 gateway endpoint's policy: any bucket of this account (the stack's buckets, CDK's asset
+    bucket that chart assets come from), plus reads of the AWS-owned buckets above. Nothing in the
+    VPC can reach another account's bucket in this region through it (a copy of the models to a
+    bucket of someone else's, say); IAM still decides who may do what in this account's buckets."""
+    return [
+        iam.PolicyStatement(
+            sid="ThisAccountsBuckets",
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:*"],
+            resources=["*"],
+            conditions={"StringEquals": {"aws:ResourceAccount": Aws.ACCOUNT_ID}},
+        ),
+        iam.PolicyStatement(
+            sid="AwsOwnedReadOnlyBuckets",
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:GetObject"],
+            resources=[f"arn:{Aws.PARTITION}:s3:::{bucket.format(region=Aws.REGION)}/*" for bucket in AWS_OWNED_READ_BUCKETS],
+        ),
+    ]
 
 
 def _endpoint_id(service: str) -> str:
