@@ -129,27 +129,21 @@ class Network(Construct):
         )
 
 
-# AWS-owned buckets in the stack's region that nodes and pods read through the S3 gateway endpoint
-# (same-region S3 traffic takes the endpoint, so its policy must allow them):
-# - ECR image layers: "Minimum Amazon S3 bucket permissions for Amazon ECR" (ECR User Guide,
-#   vpc-endpoints: arn:aws:s3:::prod-region-starport-layer-bucket/*), for the EKS add-ons', the
-#   Neuron DLCs' and the stack's own images;
-# - Amazon Linux 2023 package repositories (AL2023 User Guide: arn:aws:s3:::al2023-repos-region-de612dc2/*),
-#   for dnf on the AL2023 nodes;
-# - registry.k8s.io's blob mirror: in AWS it redirects layer downloads to prod-registry-k8s-io-<region>
-#   (kubernetes/registry.k8s.io, cmd/archeio's region map), for metrics-server, kube-state-metrics and LWS.
-AWS_OWNED_READ_BUCKETS = (
-    "prod-{region}-starport-layer-bucket",
-    "al2023-repos-{region}-de612dc2",
-    "prod-registry-k8s-io-{region}",
-)
+# Buckets of other accounts that nodes and pods read through the S3 gateway endpoint (same-region S3
+# traffic takes it), among them: ECR's image layers ("Minimum Amazon S3 bucket permissions for Amazon
+# ECR", ECR User Guide: arn:aws:s3:::prod-region-starport-layer-bucket/*), the AL2023 repositories
+# (arn:aws:s3:::al2023-repos-region-de612dc2/*), registry.k8s.io's mirror (it redirects layer
+# downloads to prod-registry-k8s-io-<region>), SSM agent updates, and whatever a download from
+# Hugging Face is redirected to. A list of them would refuse the one nobody listed (a deploy that
+# cannot pull an image or stage a model), so reads of any object are allowed and writes only to
+# this account's buckets: what the policy stops is a copy out, to a bucket of someone else's.
 
 
 def s3_endpoint_policy() -> list[iam.PolicyStatement]:
-    """The S3 gateway endpoint's policy: any bucket of this account (the stack's buckets, CDK's asset
-    bucket that chart assets come from), plus reads of the AWS-owned buckets above. Nothing in the
-    VPC can reach another account's bucket in this region through it (a copy of the models to a
-    bucket of someone else's, say); IAM still decides who may do what in this account's buckets."""
+    """The S3 gateway endpoint's policy: anything on a bucket of this account (the stack's buckets,
+    CDK's asset bucket that chart assets come from) and ``s3:GetObject`` on any other. Nothing in
+    the VPC can write to another account's bucket in this region through it; IAM still decides who
+    may do what in this account's buckets, and traffic to other regions leaves through the NAT."""
     return [
         iam.PolicyStatement(
             sid="ThisAccountsBuckets",
@@ -159,10 +153,10 @@ def s3_endpoint_policy() -> list[iam.PolicyStatement]:
             conditions={"StringEquals": {"aws:ResourceAccount": Aws.ACCOUNT_ID}},
         ),
         iam.PolicyStatement(
-            sid="AwsOwnedReadOnlyBuckets",
+            sid="ReadAnyObject",
             principals=[iam.AnyPrincipal()],
             actions=["s3:GetObject"],
-            resources=[f"arn:{Aws.PARTITION}:s3:::{bucket.format(region=Aws.REGION)}/*" for bucket in AWS_OWNED_READ_BUCKETS],
+            resources=[f"arn:{Aws.PARTITION}:s3:::*/*"],
         ),
     ]
 
