@@ -61,6 +61,8 @@ def _arn(resource_type: str, attribute: str) -> str:
         ("AWS::SecretsManager::Secret", "Ref"): f"{prefix}:secretsmanager:{REGION}:{ACCOUNT}:secret:{name}-abcdef",
         ("AWS::KMS::Key", "Arn"): f"{prefix}:kms:{REGION}:{ACCOUNT}:key/{'k' * 36}",
         ("AWS::EKS::Cluster", "Arn"): f"{prefix}:eks:{REGION}:{ACCOUNT}:cluster/{LONGEST_CLUSTER_NAME}",
+        # Ref of a cluster is its name (Pod Identity trusts name the cluster's ARN built from it)
+        ("AWS::EKS::Cluster", "Ref"): LONGEST_CLUSTER_NAME,
         ("AWS::EC2::VPC", "DefaultSecurityGroup"): "sg-" + "0" * 17,
     }
     if (resource_type, attribute) not in arns:
