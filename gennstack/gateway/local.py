@@ -56,6 +56,7 @@ from gennstack.gateway.envoy_common import (
     MAX_EJECTION_PERCENT,
     MAX_HOSTS_PER_BACKEND,
     UNEJECT_ON_PASSING_HEALTH_CHECK,
+    UPSTREAM_IDLE_TIMEOUT_S,
     UPSTREAM_MAX_CONNECTION_S,
     local_reply_config,
     local_retry_after_s,
@@ -245,12 +246,15 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
             "consecutive_gateway_failure": resilience.consecutive_gateway_errors,
             "enforcing_consecutive_gateway_failure": 100,
             "split_external_local_origin_errors": True,
-            "consecutive_local_origin_failure": 1,
+            # more than one: a single reset (a keep-alive race) ejects nobody
+            "consecutive_local_origin_failure": resilience.consecutive_local_origin_failures,
             "enforcing_consecutive_local_origin_failure": 100,
             "interval": _duration(settings.outlier_interval_s),
             "base_ejection_time": _duration(resilience.base_ejection_time_s),
-            # never every server of a route, and an ejected one stays out its ejection time
-            # (envoy_common: the cluster's BackendTrafficPolicy and EnvoyPatchPolicy set the same)
+            # every ejection lasts base_ejection_time (Envoy's backoff would lengthen repeats up to 300 s)
+            "max_ejection_time": _duration(resilience.base_ejection_time_s),
+            # never every server of a route by outlier ejection alone, and an ejected one stays out its
+            # ejection time (envoy_common: the cluster's BackendTrafficPolicy and EnvoyPatchPolicy set the same)
             "max_ejection_percent": MAX_EJECTION_PERCENT,
             "successful_active_health_check_uneject_host": UNEJECT_ON_PASSING_HEALTH_CHECK,
         },
@@ -258,8 +262,10 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
                 "explicit_http_config": {"http_protocol_options": {}},
-                # As the cluster's BackendTrafficPolicy timeout.http.maxConnectionDuration.
-                "common_http_protocol_options": {"max_connection_duration": _duration(UPSTREAM_MAX_CONNECTION_S)},
+                # As the cluster's BackendTrafficPolicy timeout.http: maxConnectionDuration (bounded connection
+                # life) and connectionIdleTimeout (close idle connections before the servers' keep-alive does).
+                "common_http_protocol_options": {"max_connection_duration": _duration(UPSTREAM_MAX_CONNECTION_S),
+                                                 "idle_timeout": _duration(UPSTREAM_IDLE_TIMEOUT_S)},
                 "http_filters": upstream_filters,
             }
         },

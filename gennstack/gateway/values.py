@@ -12,7 +12,8 @@ from gennstack import versions
 from gennstack.gateway.config import FALLBACK_STATUS, PREFIX_KEY_HEADER, GatewayConfig, RoutingTable
 from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RETRY_AFTER_S, DNS_REFRESH_S, MAX_EJECTION_PERCENT,
                                              OVERPROVISIONING_FACTOR, RATE_LIMIT_RESET_HEADER, UNEJECT_ON_PASSING_HEALTH_CHECK,
-                                             UPSTREAM_MAX_CONNECTION_S, local_reply_config)
+                                             UPSTREAM_IDLE_TIMEOUT_S, UPSTREAM_MAX_CONNECTION_S,
+                                             local_reply_config)
 from gennstack.gateway.lua import ACCEPTED_PATHS, prefix_key_script
 from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
 from gennstack.observability.names import CLIENT_ATTRIBUTE
@@ -205,6 +206,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "streamIdleTimeout": _duration(resilience.stream_idle_timeout_s),
             "dnsRefresh": _duration(DNS_REFRESH_S),
             "maxConnectionDuration": _duration(UPSTREAM_MAX_CONNECTION_S),
+            "upstreamIdleTimeout": _duration(UPSTREAM_IDLE_TIMEOUT_S),
             "healthCheck": {
                 "path": resilience.health_path,
                 "interval": _duration(resilience.health_interval_s),
@@ -214,6 +216,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
             "outlier": {
                 "consecutive5xx": resilience.consecutive_5xx,
                 "consecutiveGatewayErrors": resilience.consecutive_gateway_errors,
+                "consecutiveLocalOriginFailures": resilience.consecutive_local_origin_failures,
                 "baseEjectionTime": _duration(resilience.base_ejection_time_s),
                 "maxEjectionPercent": MAX_EJECTION_PERCENT,
             },

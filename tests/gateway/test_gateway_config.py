@@ -76,6 +76,11 @@ def test_split_is_configurable() -> None:
     ({"resilience": {"retry_on_status": [429]}}, "are not 5xx status codes"),
     ({"resilience": {"stream_idle_timeout_s": 1000, "request_timeout_s": 100}}, "stream_idle_timeout_s: got 1000"),
     ({"resilience": {"health_path": "health"}}, "absolute URL path"),
+    # the NLB's idle timeout, 350 s, fixed for a TLS listener (AWS Network Load Balancers guide, "Update
+    # the TCP idle timeout"): one silent attempt must end before the NLB drops the client's connection
+    ({"resilience": {"stream_idle_timeout_s": 341}},
+     "stream_idle_timeout_s: got 341; allowed: at most 340: the NLB closes a connection idle for 350 s"),
+    ({"resilience": {"consecutive_local_origin_failures": 1}}, "1: at least 2; one reset"),
     ({"max_request_mib": 0}, "greater than or equal to 1"),
     ({"rate_limit": {"tokens_per_hour": -1}}, "greater than or equal to 0"),
     ({"namespace": "Gateway"}, "Kubernetes namespace name"),

@@ -107,6 +107,36 @@ def test_outlier_ejection_never_takes_every_server_of_a_model(mock_backends) -> 
     assert stats["outlier_detection.ejections_enforced_total"] >= 1
 
 
+def test_one_reset_never_ejects_the_last_healthy_server(mock_backends) -> None:
+    """Two replicas, B failing its health checks (503 on /health, still serving), A resetting every
+    second request before any byte of its answer (what Envoy sees of a request written onto a connection
+    the server was closing). Envoy counts the reset as a local-origin failure, and its ejection cap
+    counts B too (ejectHost: (0 + 1) / 2 hosts = 50 % <= max_ejection_percent), so with one failure
+    enough (the old consecutive_local_origin_failure: 1) A was ejected and every request answered 503
+    for the whole ejection. Now a reset needs consecutive_local_origin_failures (3) in a row: each is
+    retried on A, every client request succeeds, nobody is ejected."""
+    config = _config()
+    assert config.resilience.consecutive_local_origin_failures >= 2
+    a = mock_backends(*FAST, "--fault", "reset:2")
+    b = mock_backends(*FAST)
+    with start_local_gateway(config, {MODEL: [a.base_url, b.base_url]}, rate_limit_requests=0) as gw:
+        b.doom(0, 3600, drain=True)  # /health answers 503 from now on
+        gw.wait_healthy(timeout_s=DEADLINE_S, expect={f"{a.host}:{a.port}": True, f"{b.host}:{b.port}": False})
+        b_before = b.stats()["chat_requests"]
+        statuses = []
+        for _ in range(16):  # paced over a few outlier intervals (1 s): an ejection reaches the workers after one
+            statuses.append(_chat(gw.base_url))
+            time.sleep(0.25)
+        stats = _stats(gw)
+        ejected = _ejected(gw)
+    # with consecutive_local_origin_failure 1 (measured on Envoy 1.40.0): A ejected at the first reset,
+    # 200 for about a second more, then 503 for every request until the ejection ended
+    assert statuses == [200] * 16
+    assert a.stats()["faults"]["reset"] >= 8 and b.stats()["chat_requests"] == b_before
+    assert stats["upstream_rq_retry"] >= 8  # each reset retried (on A: B is out)
+    assert stats.get("outlier_detection.ejections_enforced_total", 0) == 0 and not ejected
+
+
 def test_a_server_answering_503_with_a_passing_health_check_stays_out(mock_backends) -> None:
     """One replica answers 503 to every request while its /health passes, the other is healthy:
     the bad one is ejected, stays out while its health checks keep passing (Envoy's default would

@@ -126,7 +126,13 @@ def test_cluster_patches_name_each_ai_gateway_rule_cluster(helm) -> None:
         hashed = [i for i, r in enumerate(routing_table(gateway).routes) if r.routing == "prefix"]
         balance = [p for p in clusters if p["operation"]["path"] == MAGLEV_BALANCE_PATH]
         assert [p["name"] for p in balance] == [f"httproute/{namespace}/{route['metadata']['name']}/rule/{i}" for i in hashed]
-        assert hashed and len(clusters) == 2 * len(factor) + len(hashed)
+        per_rule = {"/outlier_detection/max_ejection_time": gateway.resilience.base_ejection_time_s,
+                    "/health_checks/0/no_traffic_interval": gateway.resilience.health_interval_s}
+        for path, seconds in per_rule.items():
+            found = [p for p in clusters if p["operation"]["path"] == path]
+            assert [p["name"] for p in found] == [p["name"] for p in factor]
+            assert {p["operation"]["value"] for p in found} == {f"{seconds}s"}
+        assert hashed and len(clusters) == 4 * len(factor) + len(hashed)
         for index, (patch, uneject_patch) in enumerate(zip(factor, uneject, strict=True)):
             assert patch["name"] == uneject_patch["name"] == f"httproute/{namespace}/{route['metadata']['name']}/rule/{index}"
             assert _parse_ai_gateway_cluster_name(patch["name"]) == (namespace, route["metadata"]["name"], index)
@@ -275,13 +281,72 @@ def test_outlier_semantics_match_the_local_gateway(helm) -> None:
     local = {c["name"]: c["outlier_detection"] for c in bootstrap["static_resources"]["clusters"]}
     assert local and all(o["max_ejection_percent"] == 50 for o in local.values())
     assert all(o["successful_active_health_check_uneject_host"] is False for o in local.values())
+    assert all(o["consecutive_local_origin_failure"] == 3 and o["max_ejection_time"] == o["base_ejection_time"] == "10s"
+               for o in local.values())
     docs = _render(helm, gateway)
     passive = [p["spec"]["healthCheck"]["passive"] for p in docs["BackendTrafficPolicy"] if "healthCheck" in p["spec"]]
     assert len(passive) == 3  # the route's, gennstack-default's fallback_on and gpt-oss-20b's prefix routing
     for p in passive:
         assert p["maxEjectionPercent"] == 50
-        assert p["consecutiveLocalOriginFailures"] == 1 and p["splitExternalLocalOriginErrors"] is True
+        assert p["consecutiveLocalOriginFailures"] == 3 and p["splitExternalLocalOriginErrors"] is True
+        assert p["baseEjectionTime"] == "10s"
     (policy,) = docs["EnvoyPatchPolicy"]
     uneject = {p["name"]: p["operation"]["value"] for p in policy["spec"]["jsonPatches"]
                if p["operation"].get("path") == "/outlier_detection/successful_active_health_check_uneject_host"}
     assert len(uneject) == len(routing_table(gateway).routes) and set(uneject.values()) == {False}
+
+
+def test_the_clusters_ejection_time_and_idle_health_checks_are_valid_envoy_config(helm, tmp_path) -> None:
+    """The chart's per-rule cluster patches that Envoy Gateway v1.8.3 has no field for, applied as it
+    applies them (internal/xds/translator/jsonpatch.go: RFC 6902 ops on the proto JSON, proto field
+    names) to the local gateway's route clusters, which carry the fields the BackendTrafficPolicy makes
+    (outlier_detection, health_checks[0]): real Envoy (validate mode) accepts the result, and it equals
+    the local gateway's own settings. max_ejection_time: Envoy makes the Nth ejection last
+    min(N x base_ejection_time, max_ejection_time) + jitter, max_ejection_time defaulting to
+    max(300 s, base) (source/common/upstream/outlier_detection_impl.cc checkHostForUneject,
+    DetectorConfig; DetectorImpl::create refuses a max below the base); no_traffic_interval: Envoy's
+    default is 60 s for a cluster that has carried no traffic (envoy/config/core/v3/health_check.proto)."""
+    gateway = GatewayConfig()
+    bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": ["http://127.0.0.1:1", "http://127.0.0.1:2"]},
+                                gateway, LocalSettings(listen_port=0, admin_port=0))
+    (policy,) = _render(helm, gateway)["EnvoyPatchPolicy"]
+    wanted = {"/outlier_detection/max_ejection_time", "/health_checks/0/no_traffic_interval"}
+    patches = [p["operation"] for p in policy["spec"]["jsonPatches"] if p["operation"].get("path") in wanted]
+    assert {p["path"] for p in patches} == wanted and {p["op"] for p in patches} == {"add"}
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        local = json.loads(json.dumps(cluster))
+        for op in patches:
+            *parents, leaf = op["path"].strip("/").split("/")
+            node = cluster
+            for part in parents:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            node[leaf] = op["value"]
+        assert cluster == local  # the same values the local gateway sets itself
+        assert cluster["outlier_detection"]["max_ejection_time"] == f"{gateway.resilience.base_ejection_time_s}s"
+        assert cluster["health_checks"][0]["no_traffic_interval"] == f"{gateway.resilience.health_interval_s}s"
+    path = tmp_path / "envoy.json"
+    path.write_text(json.dumps(bootstrap))
+    proc = subprocess.run([str(envoy_binary()), "--mode", "validate", "--config-path", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+
+
+def test_cluster_closes_idle_upstream_connections_as_the_local_gateway_does(docs) -> None:
+    """Every rule's BackendTrafficPolicy sets timeout.http.connectionIdleTimeout (Envoy Gateway v1.8.3
+    api/v1alpha1/timeout_types.go; written into the cluster's common_http_protocol_options.idle_timeout by
+    internal/xds/translator/cluster.go buildTypedExtensionProtocolOptions, and kept by the AI Gateway
+    v1.1.0 extension server, which unmarshals the existing HttpProtocolOptions before adding its upstream
+    filter: internal/extensionserver/post_translate_modify.go maybeModifyCluster) to the local gateway's
+    value, below vLLM's 5 s keep-alive; Envoy Gateway's default is 1 h."""
+    from gennstack.gateway.envoy_common import SERVER_KEEP_ALIVE_S, UPSTREAM_IDLE_TIMEOUT_S
+
+    with_checks = [p for p in docs["BackendTrafficPolicy"] if "healthCheck" in p["spec"]]
+    assert with_checks
+    assert {p["spec"]["timeout"]["http"]["connectionIdleTimeout"] for p in with_checks} == {f"{UPSTREAM_IDLE_TIMEOUT_S}s"}
+    gateway = GatewayConfig()
+    bootstrap = envoy_bootstrap(routing_table(gateway), {"gpt-oss-20b": "http://127.0.0.1:1"}, gateway,
+                                LocalSettings(listen_port=0, admin_port=0))
+    for cluster in bootstrap["static_resources"]["clusters"]:
+        options = cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        assert options["common_http_protocol_options"]["idle_timeout"] == f"{UPSTREAM_IDLE_TIMEOUT_S}s"
+    assert UPSTREAM_IDLE_TIMEOUT_S < SERVER_KEEP_ALIVE_S

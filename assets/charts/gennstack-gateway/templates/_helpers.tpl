@@ -92,9 +92,13 @@ dns:
 # Upstream connections are replaced after this (Envoy drains one: no new request on it, closed once
 # its streams end), so keep-alive connections to a ClusterIP (gen1's Serve proxies) stop reaching a
 # pod that left the Service (gennstack/gateway/envoy_common.py UPSTREAM_MAX_CONNECTION_S).
+# Close an idle upstream connection before the model server's keep-alive does (vLLM's uvicorn: 5 s):
+# a request written onto a connection the server is closing is reset (Envoy Gateway v1.8.3 writes this
+# into the cluster's common_http_protocol_options.idle_timeout; its default is 1 h).
 timeout:
   http:
     maxConnectionDuration: {{ required "resilience.maxConnectionDuration" $r.maxConnectionDuration }}
+    connectionIdleTimeout: {{ required "resilience.upstreamIdleTimeout" $r.upstreamIdleTimeout }}
 healthCheck:
   panicThreshold: 0
   active:
@@ -110,10 +114,13 @@ healthCheck:
     consecutive5XxErrors: {{ $r.outlier.consecutive5xx }}
     consecutiveGatewayErrors: {{ $r.outlier.consecutiveGatewayErrors }}
     splitExternalLocalOriginErrors: true
-    consecutiveLocalOriginFailures: 1
+    # more than one reset, connect failure or silent attempt in a row: one keep-alive race ejects nobody
+    consecutiveLocalOriginFailures: {{ required "resilience.outlier.consecutiveLocalOriginFailures" $r.outlier.consecutiveLocalOriginFailures }}
     interval: 2s
+    # every ejection lasts this long, repeats too (the EnvoyPatchPolicy sets max_ejection_time to it)
     baseEjectionTime: {{ $r.outlier.baseEjectionTime }}
-    # never every server of the rule: outlier ejection takes at most this share (Envoy counts the overflow)
+    # outlier ejection alone takes at most this share of the rule's servers (Envoy counts the overflow);
+    # Envoy counts servers failing health checks in it too, so it may still take the last healthy one
     maxEjectionPercent: {{ required "resilience.outlier.maxEjectionPercent" $r.outlier.maxEjectionPercent }}
 {{- with .prefix }}
 # Envoy Gateway v1.8.3 makes this Maglev (table 65537) with a header hash policy on the route.
