@@ -284,9 +284,10 @@ def test_a_hot_key_never_puts_a_server_above_the_bound(factor) -> None:
 
 def test_a_killed_servers_keys_move_and_nothing_fails() -> None:
     """Kill one of three servers. Its keys' next requests are retried on another server (previous_hosts;
-    Maglev picks anew for attempt > 0) and the connect failure ejects it at once (outlier detection:
-    consecutive_local_origin_failure 1), so from then on those keys go straight to a surviving server,
-    which keeps them; the other servers' keys do not move. Not one request fails."""
+    Maglev picks anew for attempt > 0) and its connect failures eject it after
+    consecutive_local_origin_failures (3) in a row (its failing health checks would take it out
+    anyway), so from then on those keys go straight to a surviving server, which keeps them; the other
+    servers' keys do not move. Not one request fails."""
     with ExitStack() as stack:
         servers = [stack.enter_context(RecordingServer()) for _ in range(3)]
         gw = start_local_gateway(GatewayConfig(), {MODEL: [s.base_url for s in servers]}, rate_limit_requests=0)
@@ -309,9 +310,11 @@ def test_a_killed_servers_keys_move_and_nothing_fails() -> None:
         dead_server.__exit__(None, None, None)  # the port is closed: connections are refused
         first = {i: ask(i) for i in keys}  # every one answered (ask asserts 200)
         assert all(host != dead for host, _ in first.values())
+        assert sum(attempts > 1 for _, attempts in first.values()) >= GatewayConfig().resilience.consecutive_local_origin_failures
         after = {i: ask(i) for i in keys}
         assert all(attempts == 1 for _, attempts in after.values())  # ejected: no more tries on the dead one
-        assert all(after[i][0] == first[i][0] for i in keys)  # the new home sticks
+        again = {i: ask(i) for i in keys}
+        assert again == after  # the new home sticks
         stayed = [i for i in keys if i not in moved]
         assert all(after[i][0] == before[i] for i in stayed)  # Maglev moved only the dead server's keys
         # the active health checks take it out of every route's cluster too (the alias's got no traffic)
