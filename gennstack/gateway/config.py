@@ -416,8 +416,10 @@ class GatewayConfig(StrictModel):
     fallback_on: dict[str, tuple[FallbackReason, ...]] = Field(default_factory=dict)
     resilience: ResilienceConfig = ResilienceConfig()
     rate_limit: RateLimitConfig = RateLimitConfig()
-    # Largest request body (long prompts); Envoy Gateway's default of 32 KiB is far too small.
-    max_request_mib: Annotated[int, Field(ge=1, le=512)] = 50
+    # Largest request body (long prompts); Envoy Gateway's default of 32 KiB is far too small. 8 MiB holds
+    # a 1M-token prompt of English text (about 4 MiB) with room for JSON; every proxy buffers up to this much
+    # per request before any rate limit applies, so a larger limit is memory and parsing one API key can spend.
+    max_request_mib: Annotated[int, Field(ge=1, le=512)] = 8
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     # HTTPS on 443 with the chart's own CA (docs/gateway.md "Calling it").
     tls: TlsConfig = TlsConfig()

@@ -5,7 +5,9 @@ backend name -> OpenAI-compatible endpoint URL(s) into a static Envoy bootstrap 
 the cluster's Envoy Gateway + AI Gateway:
 
 * **routing on the body's "model"**: a Lua filter parses the JSON body (Envoy has no JSON routing of
-  its own) and sets ``x-ai-eg-model``, the header the AI Gateway routes on; routes match it exactly;
+  its own) and sets ``x-ai-eg-model``, the header the AI Gateway routes on; routes match it exactly
+  (the AI Gateway's external processor's part); a second Lua filter after it, the cluster's own
+  script, writes the prefix key, then the rate limit runs: the cluster's filter order;
   unknown models and paths get the AI Gateway's own 404 texts; streaming chat completions get
   ``stream_options.include_usage`` as the AI Gateway adds it;
 * **one Envoy cluster per route**, each backend a locality (one host per URL, like one per pod of a
@@ -145,17 +147,28 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _lua_filter(name: str, mode: str, table: RoutingTable, prefix_bytes: int) -> dict[str, Any]:
+def _lua(name: str, source: str) -> dict[str, Any]:
+    return {"name": name, "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                                           "default_source_code": {"inline_string": source}}}
+
+
+def _lua_filter(name: str, mode: str, table: RoutingTable) -> dict[str, Any]:
+    """The body router (downstream: the AI Gateway's external processor's part) or the model rewriter
+    (upstream)."""
     models = ", ".join(f"[{json.dumps(r.model)}] = true" for r in table.routes)
+    paths = ", ".join(f"[{json.dumps(p)}] = true" for p in ACCEPTED_PATHS)
     prelude = (f"local MODE = {json.dumps(mode)}\nlocal MODELS = {{{models}}}\n"
-               f"local NO_ROUTE = {json.dumps(NO_ROUTE_MESSAGE)}\n" + lua.key_prelude(prefix_bytes, ACCEPTED_PATHS))
-    return {
-        "name": name,
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-            "default_source_code": {"inline_string": prelude + lua.SOURCE},
-        },
-    }
+               f"local NO_ROUTE = {json.dumps(NO_ROUTE_MESSAGE)}\nlocal PATHS = {{{paths}}}\n")
+    return _lua(name, prelude + lua.SOURCE)
+
+
+def prefix_key_filter(table: RoutingTable, prefix_bytes: int) -> dict[str, Any] | None:
+    """The prefix key's Lua filter, the cluster's script (lua.prefix_key_script) for the routes with prefix
+    routing; None when no route has it (the cluster then has no EnvoyExtensionPolicy either)."""
+    prefix_models = tuple(r.model for r in table.routes if r.routing == "prefix")
+    if not prefix_models:
+        return None
+    return _lua("prefix-key", lua.prefix_key_script(prefix_bytes, ACCEPTED_PATHS, prefix_models))
 
 
 def _downstream_idle_s(resilience: ResilienceConfig) -> int:
@@ -216,7 +229,7 @@ def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], t
                 }}]},
             },
         },
-        _lua_filter("model-rewrite", "upstream", table, prefix_bytes),
+        _lua_filter("model-rewrite", "upstream", table),
         {"name": "envoy.filters.http.upstream_codec",
          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}},
     ]
@@ -440,21 +453,26 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[
         {"name": "not-found", "match": {"prefix": "/"},
          "direct_response": {"status": 404, "body": {"inline_string": NO_ROUTE_MESSAGE}}},
     ]
+    # The cluster's order (Envoy Gateway v1.8.3 httpfilters.go, then the AI Gateway v1.1.0 extension server
+    # inserting its external processor ahead of the first Lua filter: lua.py): API keys, the body (buffer +
+    # the body router standing in for the AI Gateway's processor), the prefix key's Lua, the rate limit, router.
     http_filters: list[dict[str, Any]] = []
     if settings.api_keys:
         http_filters.append(_api_key_filter(settings))
-    requests = gateway.rate_limit.requests_per_minute if settings.rate_limit_requests is None else settings.rate_limit_requests
-    interval_s = 60.0 if settings.rate_limit_requests is None else settings.rate_limit_interval_s
-    if requests > 0:
-        http_filters.append(_rate_limit_filter(requests, interval_s, [client for client, _ in settings.api_keys]))
     http_filters += [
         {"name": "envoy.filters.http.buffer",
          "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
                           "max_request_bytes": gateway.max_request_mib * 1024 * 1024}},
-        _lua_filter("model-router", "downstream", live, gateway.routing.prefix_bytes),
-        {"name": "envoy.filters.http.router",
-         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
+        _lua_filter("model-router", "downstream", live),
     ]
+    if (key_filter := prefix_key_filter(live, gateway.routing.prefix_bytes)) is not None:
+        http_filters.append(key_filter)
+    requests = gateway.rate_limit.requests_per_minute if settings.rate_limit_requests is None else settings.rate_limit_requests
+    interval_s = 60.0 if settings.rate_limit_requests is None else settings.rate_limit_interval_s
+    if requests > 0:
+        http_filters.append(_rate_limit_filter(requests, interval_s, [client for client, _ in settings.api_keys]))
+    http_filters.append({"name": "envoy.filters.http.router",
+                         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": settings.admin_port}}},
         "static_resources": {

@@ -1,9 +1,25 @@
 """The Lua source of the local gateway's body router (downstream) and model rewriter (upstream).
 
 Kept as Python strings so that they ship with the package like any module. See the comments in
-them for what they do. :data:`SOURCE` is the local gateway's script (``gennstack.gateway.local``
-prepends the routing table); :func:`prefix_key_script` is the cluster's, an EnvoyExtensionPolicy that
-only writes the prefix key (the same parser and key code, so both gateways key a request alike).
+them for what they do. :data:`SOURCE` is the local gateway's stand-in for the AI Gateway's external
+processor (``gennstack.gateway.local`` prepends the routing table): it validates the body and sets the
+model header. :func:`prefix_key_script` is the prefix key's script, the cluster's EnvoyExtensionPolicy
+and, at the same place in the filter chain, the local gateway's second Lua filter, so both gateways key
+a request with one code.
+
+Where the cluster runs it: after the AI Gateway's external processor. Envoy Gateway v1.8.3 orders its
+filters Lua (12) before ext_proc (100) (internal/xds/translator/httpfilters.go newOrderedHTTPFilter), but
+the AI Gateway v1.1.0 extension server then inserts its own ext_proc ahead of the first ext_proc, wasm,
+Lua, RBAC, rate-limit ... or router filter (internal/extensionserver/post_translate_modify.go
+insertAIGatewayExtProcFilter, afterExtProcFilterPrefixes; after the last buffer filter only when one
+sits at or after that point: GenNStack has none). That processor buffers the body (RequestBodyMode
+BUFFERED), answers a malformed one itself, and sets x-ai-eg-model (processor_impl.go: the body
+response's header mutation, ModelNameHeaderKeyDefault) before this filter sees the request; the global
+rate limit (303) runs after it. So the script returns at once for a model that does not route by prefix
+(:data:`MODEL_HEADER` not in ``PREFIX_MODELS``: no body buffered, nothing read), and otherwise reads at
+most :func:`scan_bytes` bytes of the body with a scanner that neither recurses nor validates: the work
+of one request is bounded by that window, whatever the body holds (huge arrays, many small elements,
+deep nesting). A prompt that starts beyond the window gets no key (a random server).
 """
 
 import json
@@ -12,6 +28,17 @@ import json
 # Gateway v1.1.0's external processor (cmd/extproc/mainlib/main.go) that vLLM also serves. Anything
 # else gets the AI Gateway's own "unsupported path" 404 (internal/extproc/server.go).
 ACCEPTED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+# The header the AI Gateway routes on (AI Gateway v1.1.0 api/v1beta1 AIModelHeaderKey), set from the body's
+# "model" by its external processor in the cluster and by the local body router locally.
+MODEL_HEADER = "x-ai-eg-model"
+# The top-level fields the prefix key reads (prompt_prefix below).
+PROMPT_FIELDS = ("messages", "prompt", "instructions", "input")
+
+
+def scan_bytes(prefix_bytes: int) -> int:
+    """The most bytes of a body the prefix key's script reads: 64 KiB, or 8 x ``prefix_bytes`` when
+    larger (room for JSON keys, escapes and roles around the prefix's text)."""
+    return max(64 * 1024, 8 * prefix_bytes)
 
 PARSER = r"""
 -- GenNStack local gateway: route an OpenAI-compatible request on its JSON body's "model".
@@ -22,14 +49,14 @@ PARSER = r"""
 --     "model", 404 for a path outside PATHS or a model the routing table does not know (with the
 --     AI Gateway's own texts), sets stream_options.include_usage on streaming chat completions
 --     (as the AI Gateway does when token costs are configured), and otherwise sets the
---     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and the prefix
---     key (PREFIX_KEY_HEADER, see KEY below) and clears the route cache so the router matches on it;
+--     x-ai-eg-model header (the header the Envoy AI Gateway routes on in the cluster) and clears the
+--     route cache so the router matches on it: what the AI Gateway's external processor does in the
+--     cluster; the prefix key is a second Lua filter after this one, the cluster's own script (KEY);
 --   * upstream (after a backend has been picked, once per attempt): when the chosen backend serves
 --     another model name than the client asked for (an alias such as gennstack-default, or a
 --     fallback), it rewrites "model" in the body, as the AI Gateway's modelNameOverride does.
 -- The Python side prepends `local MODE = "downstream"|"upstream"`, `local MODELS = {...}`,
--- `local NO_ROUTE = "..."` and the key's constants (lua.key_prelude: PREFIX_BYTES, PREFIX_KEY_HEADER,
--- SESSION_HEADER, `local PATHS = {...}`, the accepted POST paths).
+-- `local NO_ROUTE = "..."` and `local PATHS = {...}` (the accepted POST paths).
 
 local MAX_DEPTH = 64
 
@@ -206,10 +233,12 @@ local function key_utf8(cp)
 end
 
 local function decode_at(s, i)
-  -- s:sub(i, i) is the opening quote of a string parse() accepted: its text and the byte after it.
+  -- s:sub(i, i) is an opening quote: the string's text and the byte after it, or nil when it does not
+  -- end within s (the window cut it).
   local parts, pos = {}, i + 1
   while true do
     local j = s:find('["\\]', pos)
+    if j == nil then return nil end
     parts[#parts + 1] = s:sub(pos, j - 1)
     if s:sub(j, j) == '"' then return table.concat(parts), j + 1 end
     local e = s:sub(j + 1, j + 1)
@@ -233,6 +262,7 @@ local function leading_strings(s, first, last, limit, messages)
     local c = s:sub(i, i)
     if c == '"' then
       local text, after = decode_at(s, i)
+      if text == nil then break end
       local j = s:find("[^ \t\r\n]", after) or (#s + 1)
       if s:sub(j, j) == ":" then
         key, pos = text, j + 1
@@ -250,6 +280,68 @@ local function leading_strings(s, first, last, limit, messages)
     end
   end
   return table.concat(out):sub(1, limit)
+end
+
+local function skip_string(s, i)
+  -- s:sub(i, i) is an opening quote: the byte after its closing quote, or nil past the end of s.
+  local pos = i + 1
+  while true do
+    local j = s:find('["\\]', pos)
+    if j == nil then return nil end
+    if s:sub(j, j) == '"' then return j + 1 end
+    pos = j + 2
+  end
+end
+
+local function skip_value(s, i)
+  -- The byte after the JSON value that starts at s[i], or nil when it runs past the end of s. A depth
+  -- count, no recursion and no validation: every byte is looked at once at most (by string.find).
+  local c = s:sub(i, i)
+  if c == '"' then return skip_string(s, i) end
+  if c ~= "{" and c ~= "[" then return s:find("[,}%]]", i) end
+  local depth, pos = 0, i
+  while true do
+    local j = s:find('[%[%]{}"]', pos)
+    if j == nil then return nil end
+    local d = s:sub(j, j)
+    if d == '"' then
+      pos = skip_string(s, j)
+      if pos == nil then return nil end
+    elseif d == "{" or d == "[" then
+      depth, pos = depth + 1, j + 1
+    else
+      depth, pos = depth - 1, j + 1
+      if depth == 0 then return pos end
+    end
+  end
+end
+
+local function top_fields(s, wanted)
+  -- The top-level fields of the JSON object in s (a window of the body, maybe cut short) whose names are
+  -- in WANTED: name -> {kind = "string"|"array"|"object"|"other", first = ..., last = ...} (a value cut by
+  -- the window ends at #s). Stops at the first thing that is not a well-formed field.
+  local fields, pos = {}, s:find("[^ \t\r\n]")
+  if pos == nil or s:sub(pos, pos) ~= "{" then return fields end
+  pos = pos + 1
+  while true do
+    pos = s:find("[^ \t\r\n,]", pos)
+    if pos == nil or s:sub(pos, pos) ~= '"' then return fields end
+    local after = skip_string(s, pos)
+    if after == nil then return fields end
+    local name = s:sub(pos + 1, after - 2) -- as written: the names wanted have no escapes
+    local colon = s:find("[^ \t\r\n]", after)
+    if colon == nil or s:sub(colon, colon) ~= ":" then return fields end
+    local first = s:find("[^ \t\r\n]", colon + 1)
+    if first == nil then return fields end
+    local stop = skip_value(s, first)
+    local c = s:sub(first, first)
+    if wanted[name] and fields[name] == nil then
+      local kind = (c == '"' and "string") or (c == "[" and "array") or (c == "{" and "object") or "other"
+      fields[name] = { kind = kind, first = first, last = (stop or (#s + 1)) - 1 }
+    end
+    if stop == nil then return fields end
+    pos = stop
+  end
 end
 
 local function hash_hex(text)
@@ -360,9 +452,6 @@ local function downstream(handle)
       headers:replace("content-length", tostring(#rewritten))
     end
   end
-  headers:remove(PREFIX_KEY_HEADER) -- never the client's copy
-  local key = prefix_key(headers, raw, fields, bare)
-  if key ~= nil then headers:replace(PREFIX_KEY_HEADER, key) end
   headers:replace("x-ai-eg-model", model)
   handle:clearRouteCache()
 end
@@ -389,11 +478,14 @@ end
 """
 
 CLUSTER_MAIN = r"""
--- The cluster's copy (an EnvoyExtensionPolicy on the Gateway, before the AI Gateway's external
--- processor): it only writes the prefix key; routing on "model" is the AI Gateway's.
+-- The prefix key's filter: in the cluster an EnvoyExtensionPolicy on the Gateway, which runs after the
+-- AI Gateway's external processor (it has parsed the body, answered a malformed one and set
+-- MODEL_HEADER); locally the second Lua filter, after the body router that stands in for it. It only
+-- writes the key; routing on "model" is the AI Gateway's.
 function envoy_on_request(handle)
   local headers = handle:headers()
-  headers:remove(PREFIX_KEY_HEADER)
+  headers:remove(PREFIX_KEY_HEADER) -- never the client's copy
+  if not PREFIX_MODELS[headers:get(MODEL_HEADER) or ""] then return end -- no body read for the others
   local path = headers:get(":path") or ""
   local bare = path:match("^[^?]*")
   if headers:get(":method") ~= "POST" or not PATHS[bare] then return end
@@ -404,27 +496,34 @@ function envoy_on_request(handle)
   end
   local body = handle:body()
   headers = handle:headers() -- objects from before a yield are out of scope after it
-  if body == nil or body:length() == 0 then return end
-  local raw = body:getBytes(0, body:length())
-  local ok, _, _, _, _, fields = pcall(parse, raw)
-  if not ok or fields == nil then return end -- the AI Gateway answers a malformed body
-  local key = prefix_key(headers, raw, fields, bare)
+  if body == nil then return end
+  local length = body:length()
+  if length == 0 then return end
+  -- at most SCAN_BYTES of the body, whatever its size: the work of one request is bounded by them
+  local raw = body:getBytes(0, math.min(length, SCAN_BYTES))
+  local key = prefix_key(headers, raw, top_fields(raw, PROMPT_FIELDS), bare)
   if key ~= nil then headers:replace(PREFIX_KEY_HEADER, key) end
 end
 """
 
-SOURCE = PARSER + KEY + ROUTER
+SOURCE = PARSER + ROUTER
 
 
-def key_prelude(prefix_bytes: int, paths: tuple[str, ...]) -> str:
-    """The constants the key code reads (the local script's prelude adds its routing table)."""
+def key_prelude(prefix_bytes: int, paths: tuple[str, ...], prefix_models: tuple[str, ...] = ()) -> str:
+    """The constants the key code reads: the prefix, the headers, the accepted POST ``paths``, the
+    model names (routes) that route by prefix, the fields it reads and its window."""
     from gennstack.gateway.config import PREFIX_KEY_HEADER, SESSION_HEADER
 
     listed = ", ".join(f"[{json.dumps(p)}] = true" for p in paths)
-    return (f"local PREFIX_BYTES = {int(prefix_bytes)}\nlocal PREFIX_KEY_HEADER = {json.dumps(PREFIX_KEY_HEADER)}\n"
-            f"local SESSION_HEADER = {json.dumps(SESSION_HEADER)}\nlocal PATHS = {{{listed}}}\n")
+    models = ", ".join(f"[{json.dumps(m)}] = true" for m in prefix_models)
+    fields = ", ".join(f"[{json.dumps(f)}] = true" for f in PROMPT_FIELDS)
+    return (f"local PREFIX_BYTES = {int(prefix_bytes)}\nlocal SCAN_BYTES = {scan_bytes(prefix_bytes)}\n"
+            f"local PREFIX_KEY_HEADER = {json.dumps(PREFIX_KEY_HEADER)}\n"
+            f"local SESSION_HEADER = {json.dumps(SESSION_HEADER)}\nlocal MODEL_HEADER = {json.dumps(MODEL_HEADER)}\n"
+            f"local PATHS = {{{listed}}}\nlocal PREFIX_MODELS = {{{models}}}\nlocal PROMPT_FIELDS = {{{fields}}}\n")
 
 
-def prefix_key_script(prefix_bytes: int, paths: tuple[str, ...]) -> str:
-    """The cluster's Lua (EnvoyExtensionPolicy): the prefix key header only."""
-    return key_prelude(prefix_bytes, paths) + PARSER + KEY + CLUSTER_MAIN
+def prefix_key_script(prefix_bytes: int, paths: tuple[str, ...], prefix_models: tuple[str, ...]) -> str:
+    """The prefix key's Lua for the model names in ``prefix_models`` (the routes with prefix routing):
+    the cluster's EnvoyExtensionPolicy and the local gateway's second Lua filter."""
+    return key_prelude(prefix_bytes, paths, prefix_models) + KEY + CLUSTER_MAIN

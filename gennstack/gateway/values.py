@@ -246,17 +246,18 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         "nodeSelector": dict(system_node_selector or {}),
         "tolerations": list(system_tolerations or []),
         "envoyPatches": envoy_patch_values(),
-        "prefixRouting": prefix_routing_values(gateway),
+        "prefixRouting": prefix_routing_values(gateway, table),
     }
 
 
-def prefix_routing_values(gateway: GatewayConfig) -> dict[str, Any]:
-    """The prefix key's Lua (an EnvoyExtensionPolicy on the Gateway: templates/prefix-routing.yaml),
-    the header the rules with ``prefixRouting`` hash on, and the bounded load the EnvoyPatchPolicy
+def prefix_routing_values(gateway: GatewayConfig, table: RoutingTable) -> dict[str, Any]:
+    """The prefix key's Lua (an EnvoyExtensionPolicy on the Gateway: templates/prefix-routing.yaml) for the
+    routes with prefix routing, the header those rules hash on, and the bounded load the EnvoyPatchPolicy
     writes into their Maglev (docs/gateway.md, "Prefix-aware routing")."""
     routing = gateway.routing
+    prefix_models = tuple(r.model for r in table.routes if r.routing == "prefix")
     return {"keyHeader": PREFIX_KEY_HEADER, "hashBalanceFactor": routing.hash_balance_factor,
-            "lua": prefix_key_script(routing.prefix_bytes, ACCEPTED_PATHS)}
+            "lua": prefix_key_script(routing.prefix_bytes, ACCEPTED_PATHS, prefix_models)}
 
 
 def envoy_patch_values() -> dict[str, Any]:

@@ -17,7 +17,7 @@ def test_print_config_from_flags_and_file(tmp_path, capsys) -> None:
     listener = bootstrap["static_resources"]["listeners"][0]
     assert listener["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 9000}
     filters = [f["name"] for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]]
-    assert filters == ["envoy.filters.http.buffer", "model-router", "envoy.filters.http.router"]  # no rate limit
+    assert filters == ["envoy.filters.http.buffer", "model-router", "prefix-key", "envoy.filters.http.router"]  # no rate limit
     routes = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     matched = [r["match"]["headers"][0]["string_match"]["exact"] for r in routes if "route" in r]
     assert matched == ["llama-4-maverick", "gpt-oss-20b", "chat"]  # llama-3 has no endpoint: no route
@@ -51,8 +51,9 @@ def test_api_keys_from_flags_and_file_give_per_client_buckets(tmp_path, capsys) 
     bootstrap = json.loads(capsys.readouterr().out)
     hcm = _hcm(bootstrap)
     filters = {f["name"]: f["typed_config"] for f in hcm["http_filters"]}
-    assert list(filters) == ["envoy.filters.http.api_key_auth", "envoy.filters.http.local_ratelimit",
-                             "envoy.filters.http.buffer", "model-router", "envoy.filters.http.router"]
+    # the cluster's order: API keys, the body (the AI Gateway's processor's part), the prefix key, the rate limit
+    assert list(filters) == ["envoy.filters.http.api_key_auth", "envoy.filters.http.buffer", "model-router",
+                             "prefix-key", "envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
     auth = filters["envoy.filters.http.api_key_auth"]
     assert auth["credentials"] == [{"key": "sk-local-0001", "client": "app-1"}, {"key": "sk-local-0002", "client": "app-2"}]
     assert auth["forwarding"] == {"header": "x-gennstack-client", "hide_credentials": True}

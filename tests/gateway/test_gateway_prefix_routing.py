@@ -35,7 +35,7 @@ from gennstack.config_base import frozen
 from gennstack.gateway.config import PREFIX_KEY_HEADER, SESSION_HEADER, GatewayConfig, routing_table
 from gennstack.gateway.envoy_common import bounded_load_max_share, bounded_load_slots
 from gennstack.gateway.local import UPSTREAM_HOST_HEADER, LocalGateway
-from gennstack.gateway.lua import ACCEPTED_PATHS, prefix_key_script
+from gennstack.gateway.lua import ACCEPTED_PATHS, MODEL_HEADER, prefix_key_script, scan_bytes
 from gennstack.gateway.values import gateway_chart_values
 from tests.gateway.conftest import start_local_gateway
 from tests.mock_llm import RecordingServer
@@ -358,7 +358,7 @@ def test_cluster_objects_for_a_prefix_routed_rule(helm) -> None:
                                     "path": "/load_balancing_policy/policies/0/typed_extension_config/typed_config/consistent_hashing_lb_config"}
     (eep,) = [d for d in docs if d["kind"] == "EnvoyExtensionPolicy"]
     assert eep["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": route["metadata"]["name"]}]
-    assert eep["spec"]["lua"] == [{"type": "Inline", "inline": prefix_key_script(1024, ACCEPTED_PATHS)}]
+    assert eep["spec"]["lua"] == [{"type": "Inline", "inline": prefix_key_script(1024, ACCEPTED_PATHS, ("gpt-oss-20b",))}]
 
     off = _render(helm, _config(routing={"generations": {"g6e": "least_request"}}))
     assert not [d for d in off if d["kind"] == "EnvoyExtensionPolicy"]
@@ -367,10 +367,38 @@ def test_cluster_objects_for_a_prefix_routed_rule(helm) -> None:
     assert not [p for p in patch_policy["spec"]["jsonPatches"] if "load_balancing_policy" in p["operation"].get("path", "")]
 
 
+def _plain_lua_envoy(port: int) -> dict:
+    """A bootstrap of plain Envoy with the cluster's prefix-key Lua (for gpt-oss-20b) in front of 127.0.0.1:port."""
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [{"name": "l", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                           # the ClientTrafficPolicy's bufferLimit (max_request_mib)
+                           "per_connection_buffer_limit_bytes": 8 * 1024 * 1024,
+                           "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                               "typed_config": {
+                                   "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                                   "stat_prefix": "t",
+                                   "route_config": {"virtual_hosts": [{"name": "v", "domains": ["*"], "routes": [
+                                       {"match": {"prefix": "/"}, "route": {"cluster": "b"}}]}]},
+                                   "http_filters": [
+                                       {"name": "envoy.filters.http.lua", "typed_config": {
+                                           "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+                                           "default_source_code": {"inline_string": prefix_key_script(1024, ACCEPTED_PATHS, ("gpt-oss-20b",))}}},
+                                       {"name": "envoy.filters.http.router", "typed_config": {
+                                           "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}]}]}],
+            "clusters": [{"name": "b", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
+                "cluster_name": "b", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+                    "socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]}}]},
+    }
+
+
 def test_the_clusters_lua_keys_requests_as_the_local_gateway_does() -> None:
     """The EnvoyExtensionPolicy's script, run by real Envoy as a plain Lua filter in front of a
-    recording server, writes the same key as the local gateway for the same requests; it leaves a
-    request it cannot parse alone and removes a client's copy of the key."""
+    recording server, with x-ai-eg-model as the AI Gateway's external processor sets it before the script
+    runs in the cluster (lua.py), writes the same key as the local gateway for the same requests; it
+    leaves a request it cannot read alone, writes no key for a model without prefix routing (nor without
+    the header), and removes a client's copy of the key."""
     bodies = [_chat([{"role": "system", "content": SYSTEM_LONG}, {"role": "user", "content": "a"}]),
               _chat(TURNS[:3]), {"model": MODEL, "prompt": "complete this"}]
     paths = ["/chat/completions", "/chat/completions", "/completions"]
@@ -383,38 +411,23 @@ def test_the_clusters_lua_keys_requests_as_the_local_gateway_does() -> None:
             _post(local, body, path=path)
             expected.append(server.seen[-1][0][PREFIX_KEY_HEADER])
         port = int(server.base_url.rsplit(":", 1)[1].removesuffix("/v1"))
-        bootstrap = {
-            "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
-            "static_resources": {
-                "listeners": [{"name": "l", "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-                               "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
-                                   "typed_config": {
-                                       "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                                       "stat_prefix": "t",
-                                       "route_config": {"virtual_hosts": [{"name": "v", "domains": ["*"], "routes": [
-                                           {"match": {"prefix": "/"}, "route": {"cluster": "b"}}]}]},
-                                       "http_filters": [
-                                           {"name": "envoy.filters.http.lua", "typed_config": {
-                                               "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
-                                               "default_source_code": {"inline_string": prefix_key_script(1024, ACCEPTED_PATHS)}}},
-                                           {"name": "envoy.filters.http.router", "typed_config": {
-                                               "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}]}]}],
-                "clusters": [{"name": "b", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
-                    "cluster_name": "b", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
-                        "socket_address": {"address": "127.0.0.1", "port_value": port}}}}]}]}}]},
-        }
+        bootstrap = _plain_lua_envoy(port)
         with LocalGateway.start(bootstrap) as plain:
             got = []
             for body, path in zip(bodies, paths, strict=True):
-                _post(plain, body, {PREFIX_KEY_HEADER: "forged"}, path=path)
+                _post(plain, body, {PREFIX_KEY_HEADER: "forged", MODEL_HEADER: MODEL}, path=path)
                 got.append(server.seen[-1][0].get(PREFIX_KEY_HEADER))
             assert got == expected
+            for other in ({MODEL_HEADER: "llama-4-maverick"}, {}):  # no prefix routing: nothing read, no key
+                _post(plain, bodies[0], {PREFIX_KEY_HEADER: "forged", **other})
+                assert PREFIX_KEY_HEADER not in server.seen[-1][0]
             request = urllib.request.Request(plain.base_url + "/chat/completions", data=b"{not json",
-                                             headers={"content-type": "application/json", PREFIX_KEY_HEADER: "forged"})
+                                             headers={"content-type": "application/json", PREFIX_KEY_HEADER: "forged",
+                                                      MODEL_HEADER: MODEL})
             with pytest.raises(urllib.error.HTTPError):  # the recording server cannot parse it either
                 urllib.request.urlopen(request, timeout=10)
             assert server.seen[-1][1] == b"{not json" and PREFIX_KEY_HEADER not in server.seen[-1][0]
-            _post(plain, bodies[0], {SESSION_HEADER: "s-1"})
+            _post(plain, bodies[0], {SESSION_HEADER: "s-1", MODEL_HEADER: MODEL})
             assert server.seen[-1][0][PREFIX_KEY_HEADER].startswith("s")
 
 
@@ -460,7 +473,7 @@ def _lua51(script: str, tail: str) -> subprocess.CompletedProcess:
 
 
 def test_the_clusters_lua_passes_strict_validation_in_plain_lua_5_1() -> None:
-    script = prefix_key_script(1024, ACCEPTED_PATHS)
+    script = prefix_key_script(1024, ACCEPTED_PATHS, ("gpt-oss-20b",))
     proc = _lua51(script, "envoy_on_request(StreamHandle)\nprint(SEEN[" + json.dumps(PREFIX_KEY_HEADER) + "] or 'none')")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "none"  # the stubbed :method is "example_value": not a POST, left alone
@@ -479,3 +492,44 @@ def test_the_clusters_lua_passes_strict_validation_in_plain_lua_5_1() -> None:
     assert proc.stdout.strip() == luajit_key  # the same key in plain Lua 5.1 as in Envoy's LuaJIT
     proc = _lua51(script, f"envoy_on_request(make_handle({{{post}, [{json.dumps(SESSION_HEADER)}] = 'app-7'}}, 'x'))\n{show}")
     assert proc.returncode == 0 and proc.stdout.strip().startswith("s"), proc.stderr
+
+
+def test_hostile_bodies_cost_one_window_of_work() -> None:
+    """Bodies built to make a body parser work (issue 35): one API key's request costs the prefix key's
+    Lua at most scan_bytes (64 KiB) of the body, whatever the body holds, read without recursion. Real
+    Envoy, the cluster's script. Shown by what it keys, not by time (benchmarks/bench_gateway_overhead.py
+    measures time): a prompt behind 1 MiB of tools is beyond the window, so no key (a parser of the whole
+    body found it); 500 levels of nesting before the prompt (the recording server, Python, parses the body too) are skipped by a depth count (the old
+    recursive parser refused them at 64, so no key), and the key is the one without them; 200,000 tiny
+    messages key as their first few. The body limit stops the rest: 8 MiB by default (413 above it,
+    test_gateway_local_e2e.py)."""
+    from gennstack.gateway.config import GatewayConfig as _G
+
+    assert scan_bytes(_G().routing.prefix_bytes) == 64 * 1024 and _G().max_request_mib == 8
+    prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    tiny = [{"role": "system", "content": "x"}] * 200_000
+    cases = {
+        "tools first": ({"model": MODEL, "tools": [0] * 500_000, "messages": prompt}, None),
+        "deep nesting first": (json.loads('{"model": "%s", "tools": %s, "messages": %s}' % (
+            MODEL, "[" * 500 + "]" * 500, json.dumps(prompt))), {"model": MODEL, "messages": prompt}),
+        "many tiny messages": ({"model": MODEL, "messages": tiny + prompt}, {"model": MODEL, "messages": tiny[:600]}),
+    }
+    with ExitStack() as stack:
+        server = stack.enter_context(RecordingServer())
+        port = int(server.base_url.rsplit(":", 1)[1].removesuffix("/v1"))
+        plain = stack.enter_context(LocalGateway.start(_plain_lua_envoy(port)))
+        keys = {}
+        for name, (body, same_as) in cases.items():
+            _post(plain, body, {MODEL_HEADER: MODEL})
+            got = server.seen[-1][0].get(PREFIX_KEY_HEADER)
+            want = None
+            if same_as is not None:
+                _post(plain, same_as, {MODEL_HEADER: MODEL})
+                want = server.seen[-1][0][PREFIX_KEY_HEADER]
+            keys[name] = (got, want)
+        errors = plain.stats("http.t.lua")
+    assert keys["tools first"] == (None, None)
+    for name in ("deep nesting first", "many tiny messages"):
+        got, want = keys[name]
+        assert got is not None and got == want, name
+    assert not any(v for k, v in errors.items() if k.endswith("errors")), errors
