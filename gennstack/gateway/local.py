@@ -206,7 +206,6 @@ def _retry_policy(resilience: ResilienceConfig, settings: LocalSettings) -> dict
 def _cluster(index: int, route, endpoints: Mapping[str, tuple[Endpoint, ...]], table: RoutingTable,
              gateway: GatewayConfig, settings: LocalSettings) -> dict[str, Any]:
     resilience = gateway.resilience
-    prefix_bytes = gateway.routing.prefix_bytes
     localities = []
     for backend in route.backends:
         localities.append({

