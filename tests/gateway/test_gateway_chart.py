@@ -171,7 +171,7 @@ def test_failover_health_checks_and_rate_limit_policy(default_docs) -> None:
     assert token_rule["limit"] == {"requests": 2_000_000, "unit": "Hour"}
     assert request_rule["limit"] == {"requests": 600, "unit": "Minute"} and "cost" not in request_rule
     (ctp,) = docs["ClientTrafficPolicy"]
-    assert ctp["spec"]["connection"]["bufferLimit"] == "50Mi"
+    assert ctp["spec"]["connection"]["bufferLimit"] == "8Mi"  # max_request_mib: buffered before any rate limit
     (sp,) = docs["SecurityPolicy"]
     auth = sp["spec"]["apiKeyAuth"]
     assert auth["extractFrom"] == [{"headers": ["Authorization"]}] and auth["sanitize"] is True
