@@ -485,7 +485,8 @@ def test_the_clusters_lua_passes_strict_validation_in_plain_lua_5_1() -> None:
         stack.callback(local.stop)
         _post(local, json.loads(body))
         luajit_key = server.seen[-1][0][PREFIX_KEY_HEADER]
-    post = "[':method'] = 'POST', [':path'] = '/v1/chat/completions'"
+    # the AI Gateway's ext_proc has set the model header before this filter runs (as in the cluster)
+    post = f"[':method'] = 'POST', [':path'] = '/v1/chat/completions', [{json.dumps(MODEL_HEADER)}] = {json.dumps(MODEL)}"
     show = f"print(SEEN[{json.dumps(PREFIX_KEY_HEADER)}])"
     proc = _lua51(script, f"envoy_on_request(make_handle({{{post}}}, {json.dumps(body)}))\n{show}")
     assert proc.returncode == 0, proc.stderr
