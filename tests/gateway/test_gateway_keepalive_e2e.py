@@ -105,7 +105,9 @@ def test_envoy_closes_an_idle_upstream_connection_before_the_server_does(mock_ba
                "the idle upstream connection closed by either side")
         stats = _stats(gw)
         assert _request(http.client.HTTPConnection(parts.hostname, parts.port, timeout=30), parts.path, 1) == 200
-    assert stats["upstream_cx_idle_timeout"] == 1 and server.stats()["keep_alive_closes"] == 0
+    # at least one: on a busy machine the first request may have taken a second connection (a retry),
+    # and each idles out on its own clock; what matters is that the server closed none
+    assert stats["upstream_cx_idle_timeout"] >= 1 and server.stats()["keep_alive_closes"] == 0
     assert stats.get("upstream_cx_destroy_remote", 0) == 0
 
 
