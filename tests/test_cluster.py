@@ -133,9 +133,11 @@ def test_interruption_queue_encrypted_and_tls_only(synth: Synth) -> None:
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     deny = next(s for s in statements if s["Effect"] == "Deny")
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
-    allow = next(s for s in statements if s.get("Sid") == "AllowEventBridgeAndSqs")
-    assert allow["Action"] == "sqs:SendMessage"
-    assert sorted(allow["Principal"]["Service"]) == ["events.amazonaws.com", "sqs.amazonaws.com"]
+    # every Allow is one interruption rule's grant (aws-events-targets SqsQueue), bound to that rule's ARN
+    rules = set(_karpenter(synth, "AWS::Events::Rule"))
+    allows = [s for s in statements if s["Effect"] == "Allow"]
+    assert allows and all(s["Principal"] == {"Service": "events.amazonaws.com"} for s in allows)
+    assert {s["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0] for s in allows} == rules
 
 
 def test_every_interruption_rule_targets_the_queue(synth: Synth) -> None:
