@@ -123,8 +123,18 @@ def test_s3_endpoint_writes_only_to_this_accounts_buckets(any_synth_pair: tuple[
     for synth in any_synth_pair:
         (endpoint,) = [e["Properties"] for e in synth.resources("AWS::EC2::VPCEndpoint").values()
                        if e["Properties"].get("VpcEndpointType") == "Gateway" and "s3" in str(e["Properties"]["ServiceName"])]
-        own, read = endpoint["PolicyDocument"]["Statement"]
+        own, read, answers = endpoint["PolicyDocument"]["Statement"]
         assert own == {"Sid": "ThisAccountsBuckets", "Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "s3:*",
                        "Resource": "*", "Condition": {"StringEquals": {"aws:ResourceAccount": {"Ref": "AWS::AccountId"}}}}
         assert read == {"Sid": "ReadAnyObject", "Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "s3:GetObject",
                         "Resource": {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":s3:::*/*"]]}}
+        # The kubectl provider's Lambdas sit in the private subnets (their S3 traffic takes the endpoint)
+        # and answer CloudFormation with a PUT to a presigned URL in an AWS-owned bucket; denied, every
+        # HelmChart and manifest would wait out its custom resource timeout.
+        handlers = [f["Properties"] for k, f in synth.resources("AWS::Lambda::Function").items()
+                    if k.startswith("EksClusterKubectlProvider")]
+        assert handlers and all("VpcConfig" in h for h in handlers)
+        assert answers == {"Sid": "CloudFormationResponses", "Effect": "Allow", "Principal": {"AWS": "*"},
+                           "Action": "s3:PutObject", "Resource": [
+                               {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":s3:::{bucket}/*"]]}
+                               for bucket in ("cloudformation-custom-resource-response-*", "cloudformation-waitcondition-*")]}

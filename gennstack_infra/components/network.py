@@ -137,12 +137,19 @@ class Network(Construct):
 # Hugging Face is redirected to. A list of them would refuse the one nobody listed (a deploy that
 # cannot pull an image or stage a model), so reads of any object are allowed and writes only to
 # this account's buckets: what the policy stops is a copy out, to a bucket of someone else's.
+# One write to AWS-owned buckets is needed: the kubectl provider's Lambdas run in the private subnets
+# and answer CloudFormation by a PUT to a presigned URL in cloudformation-custom-resource-response-<region>
+# (AWS::CloudFormation::CustomResource docs: custom resources in a VPC "must have access to
+# CloudFormation-specific S3 buckets"; otherwise the operation waits out the custom resource's timeout);
+# cloudformation-waitcondition-<region> is the other such bucket.
+CLOUDFORMATION_RESPONSE_BUCKETS = ("cloudformation-custom-resource-response-*", "cloudformation-waitcondition-*")
 
 
 def s3_endpoint_policy() -> list[iam.PolicyStatement]:
     """The S3 gateway endpoint's policy: anything on a bucket of this account (the stack's buckets,
-    CDK's asset bucket that chart assets come from) and ``s3:GetObject`` on any other. Nothing in
-    the VPC can write to another account's bucket in this region through it; IAM still decides who
+    CDK's asset bucket that chart assets come from), ``s3:GetObject`` on any other, and the PUT of a
+    custom resource's answer to CloudFormation's response buckets. Nothing in the VPC can write to
+    another account's bucket in this region through it but those; IAM still decides who
     may do what in this account's buckets, and traffic to other regions leaves through the NAT."""
     return [
         iam.PolicyStatement(
@@ -157,6 +164,12 @@ def s3_endpoint_policy() -> list[iam.PolicyStatement]:
             principals=[iam.AnyPrincipal()],
             actions=["s3:GetObject"],
             resources=[f"arn:{Aws.PARTITION}:s3:::*/*"],
+        ),
+        iam.PolicyStatement(
+            sid="CloudFormationResponses",
+            principals=[iam.AnyPrincipal()],
+            actions=["s3:PutObject"],
+            resources=[f"arn:{Aws.PARTITION}:s3:::{bucket}/*" for bucket in CLOUDFORMATION_RESPONSE_BUCKETS],
         ),
     ]
 
