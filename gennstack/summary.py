@@ -277,10 +277,10 @@ def multi_node_lines(recorded: dict[str, Any]) -> list[str]:
     except PriceError:
         lines.append(f"    Cost: no bundled prices for {region}: run `gennstack cost --live`")
     what = model_prefix(m.model_id, m.model_revision)
-    now = ("staging on: deploy again once it finishes" if config.serving.staging
-           else "staging off: deploy with serving.staging: true, then again")
+    now = ("staging on: the gate opens when it finishes, then turn staging off" if config.serving.staging
+           else "staging off: deploy with serving.staging: true")
     lines.append(f"    Staged gate: no group pod until ConfigMap {MULTI_NODE_STAGED_MARKER} records {what} (leaders and "
-                 f"workers wait, scheduling-gated); its stage Job records it, the next deploy opens the gate; {now}")
+                 f"workers wait, scheduling-gated); its stage Job records it and opens the gate, no deploy needed; {now}")
     lines.append(f"    Reclaim: losing any member (a spot reclaim of one of its {m.nodes_per_replica} nodes) recreates the "
                  f"whole group (RecreateGroupOnPodRestart): one replica, {m.nodes_per_replica} nodes' worth, down until "
                  f"its members are back; one group per zone, so one zone's reclaim takes at most one")
@@ -325,10 +325,15 @@ def staged_gate_line(gen_name: str, generation: dict[str, Any], staging: bool) -
     what = f"{generation.get('model_id')}/{generation.get('model_revision')}/"
     if gen_name != "g6e":
         what += " and its compiled artifacts"
-    jobs = "stage Job records" if gen_name == "g6e" else "stage and compile Jobs record"
-    now = "staging on: deploy again once they finish" if staging else "staging off: deploy with serving.staging: true, then again"
+    jobs = "stage Job records it and opens" if gen_name == "g6e" else "stage and compile Jobs record it, the compile Job opens"
+    if staging:
+        now = "staging on: the gate opens when they finish, then turn staging off"
+        if gen_name != "g6e":
+            now += " (a compile Job still running then is kept until it ends)"
+    else:
+        now = "staging off: deploy with serving.staging: true"
     return (f"Staged gate: no {gen_name} node until ConfigMap {STAGED_MARKERS[gen_name]} records {what} (servers and warm "
-            f"spares wait, scheduling-gated); the {jobs} it, the next deploy opens the gate; {now}")
+            f"spares wait, scheduling-gated); the {jobs} the gate, no deploy needed; {now}")
 
 
 def capacity_line(gen_name: str, generation: dict[str, Any], section: dict[str, Any]) -> str | None:

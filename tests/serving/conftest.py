@@ -82,9 +82,10 @@ STAGING_USER = f"system:serviceaccount:{NAMESPACE}:gennstack-staging"
 BUCKETS = {"buckets": {"models": "models", "compileCache": "compile-cache"}}
 
 
-def serve_kube_api(tmp_path: Path, values: dict[str, Any]):
+def serve_kube_api(tmp_path: Path, values: dict[str, Any], *, workloads: bool = False):
     """A Kubernetes API on 127.0.0.1 holding what the chart renders with ``values``: its Roles and
-    RoleBindings enforced, its staged-marker ConfigMaps empty. ``env`` is what the kubelet gives a
+    RoleBindings enforced, its staged-marker ConfigMaps empty (with ``workloads``, its Deployments,
+    RayService and LeaderWorkerSets as well, as a first install left them). ``env`` is what the kubelet gives a
     staging pod (API address, ServiceAccount token of gennstack-staging, CA); ``kubeconfig`` is
     helm's (admin). A generator: the fixtures below yield from it."""
     from tests.lambdas.lambda_support import make_certificate
@@ -94,7 +95,7 @@ def serve_kube_api(tmp_path: Path, values: dict[str, Any]):
     tls = make_certificate(tmp_path, "kubernetes")
     api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered},
                       tokens={"helm-admin": "admin", STAGING_TOKEN: STAGING_USER})
-    install(api, rendered, NAMESPACE)
+    install(api, rendered, NAMESPACE, workloads=workloads)
     url = api.start()
     api.rendered = rendered
     api.env = in_cluster_env(api, service_account_dir(tmp_path / "pod", token=STAGING_TOKEN, namespace=NAMESPACE,

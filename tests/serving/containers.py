@@ -54,7 +54,7 @@ http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
 def chart_env(container: dict, root: Path) -> dict[str, str]:
     """The container's literal env, with its volume paths moved under ``root``."""
     env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
-    moved = {k: str(root) + v if v.startswith(("/cache", "/scratch")) else v for k, v in env.items()}
+    moved = {k: str(root) + v if v.startswith(("/cache", "/scratch", "/gates")) else v for k, v in env.items()}
     return {**moved, "WORK_DIR": str(root / "work")}
 
 

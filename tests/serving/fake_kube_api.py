@@ -4,8 +4,10 @@ where those rely on the real one.
 
 - Discovery (``/version``, ``/api``, ``/apis``, ``/api/v1``, ``/apis/<group>/<version>``) lists the
   kinds it is given, so helm can map every object of the chart (``helm template --dry-run=server``).
-- Jobs, ConfigMaps, Deployments and Secrets live in ``jobs``, ``configmaps``, ``deployments``,
-  ``secrets`` (``(namespace, name) -> object``); GET (and, for Jobs and ConfigMaps, PATCH) of one needs a known
+- Jobs, ConfigMaps, Deployments, RayServices, LeaderWorkerSets and Secrets live in ``jobs``,
+  ``configmaps``, ``deployments``, ``rayservices``, ``leaderworkersets``, ``secrets``
+  (``(namespace, name) -> object``); GET and (but for Secrets, which helm's lookup only reads) PATCH
+  of one need a known
   bearer token (else 401) and RBAC: the token's user is "admin" or a ServiceAccount bound to a Role
   whose rule allows that verb on that resource in its group for that name (else 403 with the API
   server's wording, before the object is looked up). Rules are evaluated as Kubernetes does
@@ -14,8 +16,13 @@ where those rely on the real one.
   needs ``Content-Type: application/merge-patch+json`` (else 415), never creates (404), and applies
   the body as an RFC 7386 JSON merge patch, as the API server's merge-patch handler does
   (k8s.io/apiserver pkg/endpoints/handlers/patch.go, jsonpatch.MergePatch): maps merge key by key,
-  so a patch of one ConfigMap ``data`` key keeps the others; the object is returned.
-- Every request is recorded in ``requests``; ``faults`` makes the next PATCHes fail with a status.
+  so a patch of one ConfigMap ``data`` key keeps the others; the object is returned. A patch that
+  carries ``metadata.resourceVersion`` is a precondition: another value than the stored one answers
+  409 Conflict, as the API server's update does (k8s.io/apiserver pkg/registry/generic/registry/store.go
+  Update: "the object has been modified; please apply your changes to the latest version and try
+  again"); every applied patch bumps the stored resourceVersion.
+- Every request is recorded in ``requests``; ``faults`` makes the next PATCHes fail with a status;
+  ``races`` has another writer change an object just before the next PATCHes of its path.
 """
 
 from __future__ import annotations
@@ -73,11 +80,15 @@ class FakeKubeApi:
     roles: list[dict[str, Any]] = field(default_factory=list)  # rendered Role objects, with .metadata.namespace
     bindings: list[dict[str, Any]] = field(default_factory=list)  # rendered RoleBinding objects, likewise
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # served to GET only
+    deployments: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     secrets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # served to GET only (helm's lookup)
     configmaps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    rayservices: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    leaderworkersets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     faults: list[int] = field(default_factory=list)  # statuses the next PATCHes answer instead (503: overloaded)
+    # path -> how many of its next PATCHes another writer beats (the stored resourceVersion moves first)
+    races: dict[str, int] = field(default_factory=dict)
 
     def start(self) -> str:
         self._lock = threading.Lock()
@@ -116,9 +127,10 @@ class FakeKubeApi:
         group, resource, namespace, name = target
         qualified = f"{resource}.{group}" if group else resource
         store = {("batch", "jobs"): self.jobs, ("", "configmaps"): self.configmaps, ("apps", "deployments"): self.deployments,
-                 ("", "secrets"): self.secrets}[(group, resource)]
+                 ("", "secrets"): self.secrets, ("ray.io", "rayservices"): self.rayservices,
+                 ("leaderworkerset.x-k8s.io", "leaderworkersets"): self.leaderworkersets}[(group, resource)]
         verb = {"GET": "get", "PATCH": "patch"}.get(h.command)
-        if verb is None or (verb == "patch" and resource in ("deployments", "secrets")):  # helm's lookup only
+        if verb is None or (verb == "patch" and resource == "secrets"):  # secrets: helm's lookup only
             return self._send(h, seen, 405, _status(405, "method not allowed", "MethodNotAllowed"))
         with self._lock:
             if verb == "patch" and self.faults:
@@ -134,8 +146,18 @@ class FakeKubeApi:
             obj = store.get((namespace, name))
             if obj is None:  # a merge patch never creates
                 return self._send(h, seen, 404, _status(404, f'{qualified} "{name}" not found', "NotFound"))
+            if verb == "patch" and self.races.get(path):
+                self.races[path] -= 1
+                obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion", "1")) + 1)
             if verb == "patch":
+                current = str(obj["metadata"].get("resourceVersion", "1"))
+                wanted = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted is not None and str(wanted) != current:
+                    message = (f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
+                               "please apply your changes to the latest version and try again")
+                    return self._send(h, seen, 409, _status(409, message, "Conflict"))
                 obj = merge_patch(obj, body)
+                obj["metadata"]["resourceVersion"] = str(int(current) + 1)
                 store[(namespace, name)] = obj
         return self._send(h, seen, 200, json.dumps(obj).encode())
 
@@ -148,7 +170,8 @@ class FakeKubeApi:
             return "", parts[5], parts[4], parts[6]
         # ['', 'apis', <group>, 'v1', 'namespaces', ns, <resource>, name]
         if len(parts) == 8 and parts[1] == "apis" and parts[3:5] == ["v1", "namespaces"] and \
-                (parts[2], parts[6]) in (("batch", "jobs"), ("apps", "deployments")):
+                (parts[2], parts[6]) in (("batch", "jobs"), ("apps", "deployments"), ("ray.io", "rayservices"),
+                                         ("leaderworkerset.x-k8s.io", "leaderworkersets")):
             return parts[2], parts[6], parts[5], parts[7]
         return None
 
@@ -212,24 +235,35 @@ def write_kubeconfig(path: Any, *, server: str, ca_b64: str, namespace: str, tok
     return path
 
 
-def install(api: FakeKubeApi, rendered: list[dict[str, Any]], namespace: str, release: str = "gennstack") -> None:
+WORKLOADS = {"Deployment": "deployments", "RayService": "rayservices", "LeaderWorkerSet": "leaderworkersets"}
+
+
+def install(api: FakeKubeApi, rendered: list[dict[str, Any]], namespace: str, release: str = "gennstack",
+            workloads: bool = False) -> None:
     """What `helm install` of ``rendered`` leaves for the fake to enforce and serve: its Roles and
-    RoleBindings, and its ConfigMaps and Secrets (as the API server returns them, in ``namespace``, with the
-    ownership annotations helm v4 sets and checks before it adopts an existing object:
-    pkg/action/validate.go checkOwnership)."""
+    RoleBindings, its ConfigMaps and Secrets and, with ``workloads``, its Deployments, RayServices and
+    LeaderWorkerSets (as the API server returns them: in ``namespace`` unless the object names its
+    own, with a resourceVersion, and with the ownership annotations helm v4 sets and checks before it
+    adopts an existing object: pkg/action/validate.go checkOwnership)."""
     for obj in rendered:
         obj = json.loads(json.dumps(obj))
-        obj["metadata"]["namespace"] = namespace
+        obj["metadata"].setdefault("namespace", namespace)
+        obj["metadata"]["resourceVersion"] = "1"
         obj["metadata"].setdefault("annotations", {}).update(
             {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace})
+        where = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         if obj["kind"] == "Role":
             api.roles.append(obj)
         elif obj["kind"] == "RoleBinding":
             api.bindings.append(obj)
         elif obj["kind"] == "ConfigMap":
-            api.configmaps[(namespace, obj["metadata"]["name"])] = obj
+            api.configmaps[where] = obj
         elif obj["kind"] == "Secret":
-            api.secrets[(namespace, obj["metadata"]["name"])] = obj
+            api.secrets[where] = obj
+        elif workloads and obj["kind"] in WORKLOADS:
+            if obj["kind"] == "Deployment":  # apps/v1 SetDefaults_Deployment: an absent replicas is 1
+                obj["spec"].setdefault("replicas", 1)
+            getattr(api, WORKLOADS[obj["kind"]])[where] = obj
 
 
 def service_account_dir(root: Any, *, token: str, namespace: str, ca_file: str) -> Any:

@@ -154,7 +154,7 @@ def test_summary_shows_the_groups_layout_memory_cost_gate_and_reclaim(scout: Syn
             "one group $8.52-$21.11/h") in lines
     assert ("    Staged gate: no group pod until ConfigMap gen3-g6e-multinode-staged records "
             "meta-llama/Llama-4-Scout-17B-16E-Instruct/main/ (leaders and workers wait, scheduling-gated); its stage Job "
-            "records it, the next deploy opens the gate; staging off: deploy with serving.staging: true, then again") in lines
+            "records it and opens the gate, no deploy needed; staging off: deploy with serving.staging: true") in lines
     assert ("    Reclaim: losing any member (a spot reclaim of one of its 2 nodes) recreates the whole group "
             "(RecreateGroupOnPodRestart): one replica, 2 nodes' worth, down until its members are back; one group per "
             "zone, so one zone's reclaim takes at most one") in lines

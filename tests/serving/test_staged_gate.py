@@ -29,7 +29,8 @@ from tests import helm
 from tests.k8s_schema import validate
 from tests.serving.aws_fakes import pod_env
 from tests.serving.conftest import (
-    BUCKETS, CHART, GENERATIONS, NAMESPACE, REQUIRED, STAGING, STAGING_USER, cdk_values, merged, only,
+    BUCKETS, CHART, GENERATIONS, NAMESPACE, REQUIRED, STAGING, STAGING_TOKEN, STAGING_USER, cdk_values, merged, only,
+    serve_kube_api,
 )
 from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, run, workload
 from tests.serving.fake_hub import FakeHub
@@ -242,13 +243,20 @@ def test_serving_values_default_to_auto_and_check_the_gate() -> None:
 
 
 def test_summary_says_what_the_servers_wait_for_and_what_opens_the_gate() -> None:
+    """The Jobs open the gate (test_the_job_that_completes_a_marker_opens_its_gate_...): the summary
+    no longer sends the user to a deploy that CloudFormation would not run (no property changed)."""
     inf2 = staged_gate_line("inf2", {"model_id": "meta-llama/Meta-Llama-3-70B-Instruct", "model_revision": "abc"}, staging=False)
     assert inf2 == ("Staged gate: no inf2 node until ConfigMap gen1-inf2-staged records meta-llama/Meta-Llama-3-70B-Instruct/abc/ "
                     "and its compiled artifacts (servers and warm spares wait, scheduling-gated); the stage and compile Jobs "
-                    "record it, the next deploy opens the gate; staging off: deploy with serving.staging: true, then again")
+                    "record it, the compile Job opens the gate, no deploy needed; staging off: deploy with serving.staging: true")
+    trn2 = staged_gate_line("trn2", {"model_id": "m", "model_revision": "r"}, staging=True)
+    assert trn2.endswith("staging on: the gate opens when they finish, then turn staging off (a compile Job still running "
+                         "then is kept until it ends)")
     g6e = staged_gate_line("g6e", {"model_id": "openai/gpt-oss-20b", "model_revision": "main"}, staging=True)
-    assert "ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/ (" in g6e and "the stage Job records it" in g6e
-    assert g6e.endswith("staging on: deploy again once they finish")
+    assert "ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/ (" in g6e
+    assert "the stage Job records it and opens the gate, no deploy needed" in g6e
+    assert g6e.endswith("staging on: the gate opens when they finish, then turn staging off")
+    assert "deploy again" not in inf2 + trn2 + g6e and "then again" not in inf2 + trn2 + g6e
 
 
 # --- helm's lookup: what a deploy renders for each state of the marker ---------------------------------
@@ -341,8 +349,17 @@ def live_compile_jobs(api) -> None:
             api.jobs[(NAMESPACE, obj["metadata"]["name"])] = job
 
 
+def mount_gates(api, root: Path) -> None:
+    """The gates ConfigMap as the kubelet mounts it at /gates (chart_env moves /gates under ``root``): a file a key."""
+    gates_dir = root / "gates"
+    gates_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (kind(api.rendered, "ConfigMap", "gennstack-serving-staged-gates") or {}).get("data", {}).items():
+        (gates_dir / name).write_text(text)
+
+
 def stage(api, moto, agent, hub, root: Path, pool: str, prefix: str, **overrides: str):
     container = workload(containers(api.rendered), f"{pool}-stage", "stage")
+    mount_gates(api, root)
     # No tiktoken encodings: the fake Hub's stand-ins cannot have the pinned digests (test_pod_identity.py).
     env = pod_env(root / "home", agent, AWS_ENDPOINT_URL=moto.endpoint, HF_ENDPOINT=hub.endpoint,
                   **env_with_prefixes(container, root, MODEL_PREFIX=prefix, TIKTOKEN_ENCODINGS="", **api.env, **overrides))
@@ -352,6 +369,7 @@ def stage(api, moto, agent, hub, root: Path, pool: str, prefix: str, **overrides
 
 def upload(api, moto, agent, root: Path, pool: str, prefix: str, *, skip: bool = False):
     container = workload(containers(api.rendered), f"{pool}-compile", "upload")
+    mount_gates(api, root)
     env = pod_env(root / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
                   **env_with_prefixes(container, root, COMPILE_PREFIX=prefix, **api.env))
     (root / "work").mkdir(parents=True, exist_ok=True)
@@ -366,7 +384,8 @@ def upload(api, moto, agent, root: Path, pool: str, prefix: str, *, skip: bool =
 
 
 def test_the_stage_job_and_the_compile_upload_record_what_they_staged_and_the_next_deploy_opens(
-        kube_api, moto, agent, hub, hf_secret, tmp_path) -> None:
+        live, moto, agent, hub, hf_secret, tmp_path) -> None:
+    kube_api = live  # (the gated workloads exist, as in a cluster: the Jobs open their gates too)
     live_compile_jobs(kube_api)
     keys = prefixes(kube_api)
     # g6e: the stage Job alone opens it.
@@ -446,3 +465,234 @@ def test_notes_name_the_generations_that_wait_for_staging() -> None:
             "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-seqs20-len8192/,") in notes
     assert "until ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/,\n    which the stage Job (staging.enabled) writes;" in notes
     assert "gen2-trn2: waiting" not in notes  # open
+
+
+# --- the Jobs that complete a marker open its gate (no deploy needed) ----------------------------------
+
+LIVE_VALUES = merged(VALUES, {"multiNode": {"enabled": True}})
+SCOUT_PREFIX = "meta-llama/Llama-4-Scout-17B-16E-Instruct/main/"
+GATES_ROLE = "gennstack-serving-open-staged-gates"
+SPARES = f"{NAMESPACE}-group-spares"
+# What each generation's gate closes: (kind, namespace, name).
+TARGETS = {
+    "gen1-inf2": [("RayService", NAMESPACE, "gen1-inf2"), ("Deployment", NAMESPACE, "gen1-inf2-warm-spare")],
+    "gen2-trn2": [("Deployment", NAMESPACE, "gen2-trn2"), ("Deployment", NAMESPACE, "gen2-trn2-warm-spare")],
+    "gen3-g6e": [("Deployment", NAMESPACE, "gen3-g6e"), ("Deployment", NAMESPACE, "gen3-g6e-warm-spare")],
+    "gen3-g6e-multinode": [("LeaderWorkerSet", NAMESPACE, "gen3-g6e-multinode"),
+                           ("LeaderWorkerSet", SPARES, "gen3-g6e-multinode-warm-spare")],
+}
+STORES = {"Deployment": "deployments", "RayService": "rayservices", "LeaderWorkerSet": "leaderworkersets"}
+
+
+@pytest.fixture
+def live(tmp_path):
+    """The fake API as a first install (staging on, every generation and the multi-node model) left it:
+    the markers empty, every gate closed, the gated workloads stored as rendered."""
+    yield from serve_kube_api(tmp_path, LIVE_VALUES, workloads=True)
+
+
+def live_object(api, kind_: str, namespace: str, name: str) -> dict:
+    return getattr(api, STORES[kind_])[(namespace, name)]
+
+
+def rendered_object(objects: list[dict], kind_: str, namespace: str, name: str) -> dict:
+    [obj] = [o for o in objects if o["kind"] == kind_ and o["metadata"]["name"] == name
+             and o["metadata"].get("namespace", NAMESPACE) == namespace]
+    return obj
+
+
+def opened_paths(api) -> set[str]:
+    """The objects the staging account patched, other than its markers and the compile Jobs it releases."""
+    return {p.path for p in api.patches() if "/configmaps/" not in p.path and "/jobs/" not in p.path
+            and p.headers["authorization"] == f"Bearer {STAGING_TOKEN}"}
+
+
+def target_path(kind_: str, namespace: str, name: str) -> str:
+    base = {"Deployment": "/apis/apps/v1", "RayService": "/apis/ray.io/v1", "LeaderWorkerSet": "/apis/leaderworkerset.x-k8s.io/v1"}
+    return f"{base[kind_]}/namespaces/{namespace}/{STORES[kind_]}/{name}"
+
+
+def test_the_chart_tells_the_jobs_what_each_auto_gate_closes_and_lets_them_change_only_that() -> None:
+    """The gate file (ConfigMap gennstack-serving-staged-gates, mounted at /gates in the stage Jobs and
+    the compile Jobs' upload) lists, per `auto` gate, the marker keys it needs and the objects it
+    closes; the Role per namespace allows exactly those: patch on the Deployments and
+    LeaderWorkerSets by name, get and patch on the RayService by name (rbac/v1 PolicyRule: resourceNames
+    scope get and patch; an empty list would mean every name, so none is rendered). A forced gate has no
+    entry: a deploy sets it, no Job may open it."""
+    objects = helm.render(CHART, LIVE_VALUES, namespace=NAMESPACE)
+    for obj in objects:
+        validate(obj)
+    files = {k.removesuffix(".json"): json.loads(v) for k, v in kind(objects, "ConfigMap", "gennstack-serving-staged-gates")["data"].items()}
+    assert {pool: [(t["kind"], t["namespace"], t["name"]) for t in g["targets"]] for pool, g in files.items()} == TARGETS
+    assert files["gen1-inf2"]["targets"][0] == {"kind": "RayService", "namespace": NAMESPACE, "name": "gen1-inf2", "group": "inf2",
+                                                     "replicas": 1, "minReplicas": 1, "maxReplicas": 2}
+    keys = {pool: sorted(g["requires"].values()) for pool, g in files.items()}
+    assert keys["gen3-g6e"] == ["openai/gpt-oss-20b/main/"] and keys["gen3-g6e-multinode"] == [SCOUT_PREFIX]
+    assert keys["gen1-inf2"] == ["meta-llama/Meta-Llama-3-70B-Instruct/main/",
+                                 "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-seqs20-len8192/"]
+    for pool, gate in files.items():
+        assert all(gate["requires"][k] == p and k == key(k.split("-")[0], p) for k, p in gate["requires"].items()), pool
+    roles = {o["metadata"].get("namespace", NAMESPACE): o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == GATES_ROLE}
+    assert roles[NAMESPACE]["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"],
+         "resourceNames": ["gen1-inf2-warm-spare", "gen2-trn2", "gen2-trn2-warm-spare", "gen3-g6e", "gen3-g6e-warm-spare"]},
+        {"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"], "verbs": ["patch"],
+         "resourceNames": ["gen3-g6e-multinode"]},
+        {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get", "patch"], "resourceNames": ["gen1-inf2"]}]
+    assert roles[SPARES]["rules"] == [{"apiGroups": ["leaderworkerset.x-k8s.io"], "resources": ["leaderworkersets"],
+                                       "verbs": ["patch"], "resourceNames": ["gen3-g6e-multinode-warm-spare"]}]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["name"] == GATES_ROLE]
+    assert [b["subjects"] for b in bindings] == [[{"kind": "ServiceAccount", "name": "gennstack-staging", "namespace": NAMESPACE}]] * 2
+    # Every recording container reads its own generation's file from the mounted ConfigMap.
+    for (owner, name), container in containers(objects).items():
+        if name in ("stage", "upload"):
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["STAGED_GATE"] == f"/gates/{env['STAGED_CONFIGMAP'].removesuffix('-staged')}.json", owner
+            assert {"name": "gates", "mountPath": "/gates", "readOnly": True} in container["volumeMounts"], owner
+    # Forced gates: no entry, and no rule for what they close; all forced: no Role at all.
+    forced = helm.render(CHART, merged(LIVE_VALUES, gates({"trn2": True, "g6e": False})), namespace=NAMESPACE)
+    assert sorted(kind(forced, "ConfigMap", "gennstack-serving-staged-gates")["data"]) == ["gen1-inf2.json", "gen3-g6e-multinode.json"]
+    assert kind(forced, "Role", GATES_ROLE)["rules"][0]["resourceNames"] == ["gen1-inf2-warm-spare"]
+    none = helm.render(CHART, merged(VALUES, gates(dict.fromkeys(GENERATIONS, True))), namespace=NAMESPACE)
+    assert kind(none, "Role", GATES_ROLE) is None and "data" not in kind(none, "ConfigMap", "gennstack-serving-staged-gates")
+    # Staging off: nothing to open from, no Role.
+    off = helm.render(CHART, merged(REQUIRED, {"multiNode": {"enabled": True}}), namespace=NAMESPACE)
+    assert kind(off, "Role", GATES_ROLE) is None and kind(off, "ConfigMap", "gennstack-serving-staged-gates") is None
+
+def test_the_job_that_completes_a_marker_opens_its_gate_and_the_next_deploy_keeps_it_open(
+        live, moto, agent, hub, hf_secret, tmp_path) -> None:
+    """No deploy needed: CloudFormation sends the HelmChart custom resource an Update (the handler's
+    `helm upgrade`, aws-cdk-lib 2.275.0 custom-resource-handlers/dist/aws-eks-v2/kubectl-handler/helm/
+    __init__.py) only when its properties change, and aws-eks-v2/lib/helm-chart.js makes them all
+    deterministic (ClusterName, Release, ChartAssetURL, Values, ...): a "deploy again" with the same
+    config runs no helm and so never read the marker. Here the Job that records the last key a gate
+    needs opens it (real stage.py and `s3sync.py push` processes, the chart's Roles enforced):
+    what it patches is exactly what a deploy renders with the gate open, so the next `helm upgrade`
+    (which reads the same marker with lookup) changes nothing and closes nothing."""
+    live_compile_jobs(live)
+    keys = prefixes(live)
+    closed = {t: json.loads(json.dumps(live_object(live, *t))) for ts in TARGETS.values() for t in ts}
+    # g6e: its stage Job records the weights and opens gen3-g6e and its spare, nothing else.
+    proc = stage(live, moto, agent, hub, tmp_path / "g6e", "gen3-g6e", keys["g6e"]["model"])
+    assert proc.returncode == 0, proc.stderr
+    assert "opened the gate of gen3-g6e: Deployment gennstack-serving/gen3-g6e, Deployment gennstack-serving/gen3-g6e-warm-spare" in proc.stdout
+    assert opened_paths(live) == {target_path(*t) for t in TARGETS["gen3-g6e"]}
+    # The multi-node model: its own stage Job, its own marker, its LeaderWorkerSets (the spares' in their namespace).
+    proc = stage(live, moto, agent, hub, tmp_path / "multi", "gen3-g6e-multinode", SCOUT_PREFIX, MODEL_ID="openai/gpt-oss-20b")
+    assert proc.returncode == 0, proc.stderr
+    assert opened_paths(live) == {target_path(*t) for t in TARGETS["gen3-g6e"] + TARGETS["gen3-g6e-multinode"]}
+    # inf2: the weights alone leave it closed, and the Job says what is missing.
+    proc = stage(live, moto, agent, hub, tmp_path / "inf2", "gen1-inf2", keys["inf2"]["model"], MODEL_ID="openai/gpt-oss-20b")
+    assert proc.returncode == 0, proc.stderr
+    assert f"gate of gen1-inf2 stays closed: ConfigMap gen1-inf2-staged does not record {keys['inf2']['compiled']} yet" in proc.stdout
+    assert live_object(live, "RayService", NAMESPACE, "gen1-inf2") == closed[("RayService", NAMESPACE, "gen1-inf2")]
+    # ... its compile Job's upload completes the marker and opens it; another writer changed the RayService
+    # between the upload's read and its patch once: 409, read again, patched.
+    live.races[target_path("RayService", NAMESPACE, "gen1-inf2")] = 1
+    proc = upload(live, moto, agent, tmp_path / "inf2-upload", "gen1-inf2", keys["inf2"]["compiled"])
+    assert proc.returncode == 0, proc.stderr
+    assert "Operation cannot be fulfilled on rayservices.ray.io \"gen1-inf2\"" in proc.stdout and "reading it again" in proc.stdout
+    ray_patches = [p for p in live.patches() if p.path == target_path("RayService", NAMESPACE, "gen1-inf2")]
+    assert [p.body["metadata"]["resourceVersion"] for p in ray_patches] == ["1", "2"]
+    # trn2: artifacts already in S3 (the compile skipped): the upload completes the marker and opens it.
+    live.configmaps[(NAMESPACE, "gen2-trn2-staged")]["data"] = {key("model", keys["trn2"]["model"]): keys["trn2"]["model"]}
+    proc = upload(live, moto, agent, tmp_path / "trn2-upload", "gen2-trn2", keys["trn2"]["compiled"], skip=True)
+    assert proc.returncode == 0, proc.stderr
+    assert opened_paths(live) == {target_path(*t) for ts in TARGETS.values() for t in ts}
+    # The next deploy renders every gate open, and exactly the objects the Jobs left: nothing to apply.
+    rendered = render_live(live, LIVE_VALUES)
+    assert gated(rendered) == set() and labelled(rendered) == set()
+    for ts in TARGETS.values():
+        for target in ts:
+            got, want = live_object(live, *target), rendered_object(rendered, *target)
+            assert got["spec"] == want["spec"], target
+            assert got["spec"] != closed[target]["spec"], target
+            assert "gennstack.io/staged" not in json.dumps(got["spec"]), target
+    group = worker_group([live_object(live, "RayService", NAMESPACE, "gen1-inf2") | {"kind": "RayService"}])
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (1, 1, 2)
+    # Run again (a Job's retry, or a later revision's Job finding the gate open): no change, no error.
+    before = {t: live_object(live, *t)["spec"] for ts in TARGETS.values() for t in ts}
+    proc = upload(live, moto, agent, tmp_path / "inf2-again", "gen1-inf2", keys["inf2"]["compiled"], skip=True)
+    assert proc.returncode == 0, proc.stderr
+    assert {t: live_object(live, *t)["spec"] for ts in TARGETS.values() for t in ts} == before
+
+
+def test_a_forced_gate_is_left_to_the_deploy(live, moto, agent, hub, hf_secret, tmp_path) -> None:
+    """`g6e.staged: false` holds the gate closed whatever the marker says: the chart renders no gate
+    file for it, so the stage Job records the weights and patches nothing else."""
+    forced = merged(LIVE_VALUES, gates({"g6e": False}))
+    live.rendered = helm.render(CHART, forced, namespace=NAMESPACE)
+    keys = prefixes(live)
+    root = tmp_path / "g6e"
+    proc = stage(live, moto, agent, hub, root, "gen3-g6e", keys["g6e"]["model"])
+    assert proc.returncode == 0, proc.stderr
+    assert "/gates/gen3-g6e.json): its staged value is forced, a deploy sets it" in proc.stdout
+    assert opened_paths(live) == set()
+    assert gated(render_live(live, forced)) >= closed_set(("g6e",))
+
+
+def test_a_refused_opening_fails_the_job_and_names_the_role(live, moto, agent, hub, hf_secret, tmp_path) -> None:
+    """Without the Role (or with one that does not name the object) the API answers 403 and the Job
+    fails with its reason and what to do; the marker is recorded, so a deploy that runs helm opens it."""
+    live.roles = [r for r in live.roles if r["metadata"]["name"] != GATES_ROLE]
+    keys = prefixes(live)
+    proc = stage(live, moto, agent, hub, tmp_path, "gen3-g6e", keys["g6e"]["model"])
+    assert proc.returncode != 0
+    path = target_path("Deployment", NAMESPACE, "gen3-g6e")
+    assert (f"could not open the gate of gen3-g6e on Deployment {NAMESPACE}/gen3-g6e: PATCH {path} answered HTTP 403: "
+            f'deployments.apps "gen3-g6e" is forbidden: User "{STAGING_USER}" cannot patch resource "deployments"') in proc.stderr
+    assert f"(Role {GATES_ROLE} in {NAMESPACE})" in proc.stderr
+    assert live.configmaps[(NAMESPACE, "gen3-g6e-staged")]["data"] == {key("model", keys["g6e"]["model"]): keys["g6e"]["model"]}
+
+
+# --- turning staging off while a compile runs ---------------------------------------------------------
+
+
+def compile_jobs(objects: list[dict]) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in objects if o["kind"] == "Job" and "-compile-" in o["metadata"]["name"]}
+
+
+@pytest.mark.parametrize("state, kept", [
+    ({"spec": {"suspend": False}, "status": {"active": 1}}, True),  # released, compiling
+    ({"spec": {"suspend": False}, "status": {"active": 1, "conditions": [{"type": "Complete", "status": "False"}]}}, True),
+    ({"spec": {"suspend": False}, "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}, False),
+    ({"spec": {"suspend": False}, "status": {"failed": 1, "conditions": [{"type": "Failed", "status": "True"}]}}, False),
+    ({"spec": {"suspend": True}, "status": {}}, False),  # never released: no pod, nothing to lose
+])
+def test_turning_staging_off_keeps_a_running_compile_until_it_ends(kube_api, state, kept) -> None:
+    """helm deletes what a release no longer renders (the Job, and with it its pod: batch/v1 Job
+    deletion propagates to its pods), so turning staging off mid-compile would throw away an
+    on-demand accelerator node's hour. With staging off the chart reads the live compile Job of the
+    name it renders (helm's lookup): released and without a Complete or Failed condition (batch/v1
+    JobStatus.conditions), it stays in the manifest exactly as staging on rendered it (no change to
+    apply), and so do the marker and gate Roles its upload needs to record and open the gate. The stage
+    Jobs, the release Role and a finished, failed or never-released compile Job are dropped."""
+    live_compile_jobs(kube_api)
+    on = compile_jobs(kube_api.rendered)
+    [inf2] = [n for n in on if n.startswith("gen1-inf2-compile-")]
+    job = kube_api.jobs[(NAMESPACE, inf2)]
+    job["spec"].update(state["spec"])
+    job["status"] = state["status"]
+    off_values = merged(REQUIRED, BUCKETS)
+    rendered = render_live(kube_api, off_values)
+    for obj in rendered:
+        validate(obj)
+    assert not [o for o in rendered if o["kind"] == "Job" and "-stage-" in o["metadata"]["name"]]
+    assert kind(rendered, "Role", "gennstack-serving-release-compile-jobs") is None
+    if not kept:
+        assert compile_jobs(rendered) == {}
+        assert kind(rendered, "Role", ROLE) is None and kind(rendered, "Role", GATES_ROLE) is None
+        return
+    got = compile_jobs(rendered)
+    assert list(got) == [inf2]
+    want = json.loads(json.dumps(on[inf2]))
+    want["spec"]["suspend"] = False  # what staging on renders for a released compile (compileSuspend)
+    assert got[inf2] == want
+    assert kind(rendered, "Role", ROLE)["rules"][0]["resourceNames"] == [STAGED_MARKERS[g] for g in GENERATIONS]
+    assert "gen1-inf2.json" in kind(rendered, "ConfigMap", "gennstack-serving-staged-gates")["data"]
+    assert kind(rendered, "Role", GATES_ROLE) is not None
+    notes = helm.run("install", helm.RELEASE, str(CHART), "--dry-run=server", "--disable-openapi-validation", "--namespace", NAMESPACE,
+                     "--kubeconfig", str(kube_api.kubeconfig), values=off_values)
+    assert notes.returncode == 0, notes.stderr
+    assert (f"Staging is off, but compile Job {inf2} is still running: it is kept until it ends, then records its "
+            "artifacts and opens gen1-inf2's gate.") in notes.stdout

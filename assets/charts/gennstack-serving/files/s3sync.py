@@ -23,11 +23,12 @@ s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 Mi
                Job's marker must exist (that Job releases the suspended compile Job only after
                writing it, so there is nothing to wait for), then copy the weights.
     python3 s3sync.py push   (compile Job's upload container)
-        env: COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR S3_CONCURRENCY STAGED_CONFIGMAP,
+        env: COMPILE_BUCKET COMPILE_PREFIX COMPILED_DIR S3_CONCURRENCY STAGED_CONFIGMAP STAGED_GATE,
              KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT (set by the kubelet), SERVICE_ACCOUNT_DIR
         uploads a finished compile, then writes the marker serving requires; then (also when the
         compile was already in S3) records the prefix in the generation's `<pool>-staged`
-        ConfigMap (files/kube_patch.py), which opens the chart's gate at the next deploy.
+        ConfigMap and, once it holds the weights too, opens the generation's gate
+        (files/kube_patch.py record_and_open): no deploy needed.
 
 Staged data is complete once its `.gennstack-complete` object exists. Only a missing object (404)
 counts as "not there yet": any other error (no credentials, access denied) stops the pod at once
@@ -219,13 +220,13 @@ def run_push(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], N
     else:
         push(s3, Path(env["COMPILED_DIR"]), env["COMPILE_BUCKET"], env["COMPILE_PREFIX"], int(env["S3_CONCURRENCY"]), log)
     # Complete in S3 (uploaded now, or found there): record it in the generation's marker, which the
-    # chart's gate reads (files/kube_patch.py). Imported here: the servers' pull never talks to the API.
+    # chart's gate reads, and open the gate (files/kube_patch.py). Imported here: the servers' pull never talks to the API.
     import kube_patch
 
     try:
-        kube_patch.mark_staged(env["STAGED_CONFIGMAP"], "compiled", env["COMPILE_PREFIX"],
-                               account_dir=env.get("SERVICE_ACCOUNT_DIR", kube_patch.SERVICE_ACCOUNT_DIR),
-                               host=env["KUBERNETES_SERVICE_HOST"], port=env.get("KUBERNETES_SERVICE_PORT", "443"), log=log)
+        kube_patch.record_and_open(env["STAGED_CONFIGMAP"], "compiled", env["COMPILE_PREFIX"], env.get("STAGED_GATE"),
+                                   account_dir=env.get("SERVICE_ACCOUNT_DIR", kube_patch.SERVICE_ACCOUNT_DIR),
+                                   host=env["KUBERNETES_SERVICE_HOST"], port=env.get("KUBERNETES_SERVICE_PORT", "443"), log=log)
     except RuntimeError as exc:
         raise SyncError(str(exc)) from None
 

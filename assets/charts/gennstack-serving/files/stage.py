@@ -23,12 +23,15 @@ nothing, and it fails when the revision now resolves to another commit.
 
 Once the model is staged (copied now, or found complete), ``COMPILE_JOB`` (Neuron generations) is
 released (below); then the model is recorded in the generation's ``STAGED_CONFIGMAP``
-(``<pool>-staged``, key ``model-<h>``: files/kube_patch.py), the marker the chart's gate reads, so
-the next deploy lets the servers and warm spares request accelerator nodes (g6e; Neuron
-generations also need their compiled artifacts, which ``s3sync.py push`` records). The multi-node
+(``<pool>-staged``, key ``model-<h>``: files/kube_patch.py), the marker the chart's gate reads, and
+when that completes what the gate needs (``STAGED_GATE``: g6e and the multi-node model need the weights
+only; Neuron generations also their compiled artifacts, which ``s3sync.py push`` records and then
+opens), this Job opens the gate itself: the servers and warm spares may request accelerator nodes
+without another deploy (kube_patch.open_gate). The multi-node
 model (``multiNode``) has a stage Job of its own running this script, with its own marker
 (``gen3-g6e-multinode-staged``) and no compile Job. The chart's
-Role ``gennstack-serving-staged-markers`` allows exactly ``patch`` on those ConfigMaps.
+Role ``gennstack-serving-staged-markers`` allows exactly ``patch`` on those ConfigMaps, and
+``gennstack-serving-open-staged-gates`` exactly what the gates close.
 
 The compile Job is released: the chart creates that compile Job with ``spec.suspend: true``, so it has no pod and
 Karpenter launches no on-demand accelerator node while this Job downloads, and this Job sets
@@ -45,7 +48,8 @@ timer will effectively be stopped and reset when the Job is resumed again"), so 
 deadline counts from its release, not from the start of staging.
 
     env: AWS_REGION MODELS_BUCKET MODEL_PREFIX MODEL_ID MODEL_REVISION HF_TOKEN_SECRET, HF_HOME (scratch),
-         TIKTOKEN_ENCODINGS (space-separated names, optional), STAGED_CONFIGMAP, COMPILE_JOB (optional),
+         TIKTOKEN_ENCODINGS (space-separated names, optional), STAGED_CONFIGMAP, STAGED_GATE (the chart's
+         /gates/<pool>.json; none: the gate is forced and a deploy sets it), COMPILE_JOB (optional),
          KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT (set by the kubelet), SERVICE_ACCOUNT_DIR
          (default: where Kubernetes mounts the token, namespace and CA)
 """
@@ -240,9 +244,10 @@ def main() -> None:
            "host": env["KUBERNETES_SERVICE_HOST"], "port": env.get("KUBERNETES_SERVICE_PORT", "443")}
     if env.get("COMPILE_JOB"):
         release_compile_job(env["COMPILE_JOB"], **api)
-    # The weights are complete in S3: record it in the generation's marker, which the chart's gate reads.
+    # The weights are complete in S3: record it in the generation's marker, which the chart's gate reads,
+    # and open the gate if nothing else is missing (g6e, multi-node; Neuron waits for its compile's upload).
     try:
-        kube_patch.mark_staged(env["STAGED_CONFIGMAP"], "model", env["MODEL_PREFIX"], **api)
+        kube_patch.record_and_open(env["STAGED_CONFIGMAP"], "model", env["MODEL_PREFIX"], env.get("STAGED_GATE"), **api)
     except RuntimeError as exc:
         raise StagingError(str(exc)) from None
 

@@ -51,6 +51,9 @@ spec:
         # Where stage.py records the staged model (Role gennstack-serving-staged-markers).
         - name: STAGED_CONFIGMAP
           value: {{ include "gennstack-serving.stagedConfigMap" $gen | quote }}
+        # What the gate closes, which stage.py opens once the marker is complete (Role gennstack-serving-open-staged-gates).
+        - name: STAGED_GATE
+          value: {{ include "gennstack-serving.stagedGateFile" $gen | quote }}
         {{- if .compileJob }}
         # Un-suspended by stage.py once the model is staged (the Role allows patching only it).
         - name: COMPILE_JOB
@@ -69,6 +72,9 @@ spec:
           mountPath: /scratch
         - name: tmp
           mountPath: /tmp
+        - name: gates
+          mountPath: /gates
+          readOnly: true
   volumes:
     - name: scripts
       configMap:
@@ -77,6 +83,7 @@ spec:
       emptyDir: {}
     - name: tmp
       emptyDir: {}
+    {{- include "gennstack-serving.stagedGatesVolume" . | nindent 4 }}
 {{- end }}
 
 {{/* The compile Job's pod template. Call with (dict "root" $ "gen" $gen). */}}
@@ -147,6 +154,9 @@ spec:
         # Where the upload records the compiled artifacts (Role <pool>-compile-marker, templates/staging.yaml).
         - name: STAGED_CONFIGMAP
           value: {{ include "gennstack-serving.stagedConfigMap" $gen | quote }}
+        # What the gate closes, which the upload opens once the marker is complete (Role gennstack-serving-open-staged-gates).
+        - name: STAGED_GATE
+          value: {{ include "gennstack-serving.stagedGateFile" $gen | quote }}
       resources:
         requests:
           cpu: "4"
@@ -166,6 +176,9 @@ spec:
           readOnly: true
         - name: kube-api-token
           mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+          readOnly: true
+        - name: gates
+          mountPath: /gates
           readOnly: true
   volumes:
     {{- include "gennstack-serving.volumes" $compile | nindent 4 }}
@@ -187,11 +200,20 @@ spec:
                 - path: namespace
                   fieldRef:
                     fieldPath: metadata.namespace
+    {{- include "gennstack-serving.stagedGatesVolume" . | nindent 4 }}
 {{- end }}
 
 {{/* The compile Jobs' ServiceAccount of a Neuron generation: `<serviceAccounts.compile.name>-<gen>`. */}}
 {{- define "gennstack-serving.compileServiceAccount" -}}
 {{- printf "%s-%s" .root.Values.serviceAccounts.compile.name .gen.name }}
+{{- end }}
+
+{{/* The gates ConfigMap (gennstack-serving.stagedGates) as a volume: a key the chart did not render
+(a forced gate) is no file, which the Jobs read as "nothing to open". */}}
+{{- define "gennstack-serving.stagedGatesVolume" -}}
+- name: gates
+  configMap:
+    name: gennstack-serving-staged-gates
 {{- end }}
 
 {{/* `<pool>-compile-<hash>` of a Neuron generation. Call with (dict "root" $ "gen" $gen). */}}
@@ -269,7 +291,7 @@ Unschedulable) starts no node for it. Renders nothing when the gate is open. Cal
 */}}
 {{- define "gennstack-serving.schedulingGates" -}}
 {{- if ne (include "gennstack-serving.staged" .) "true" }}
-# Closed until the generation is staged (ConfigMap {{ include "gennstack-serving.stagedConfigMap" .gen }}); the next deploy after staging opens it.
+# Closed until the generation is staged (ConfigMap {{ include "gennstack-serving.stagedConfigMap" .gen }}); the Job that completes it opens the gate.
 schedulingGates:
   - name: gennstack.io/staged
 {{- end }}
@@ -285,4 +307,152 @@ is waiting to be staged. Renders nothing when the gate is open. Call with (dict 
 {{- if ne (include "gennstack-serving.staged" .) "true" }}
 gennstack.io/staged: "false"
 {{- end }}
+{{- end }}
+
+{{/*
+What each `auto` gate closes, for the Jobs that record its marker to open it once it is complete
+(files/kube_patch.py open_gate; templates/staged-gates.yaml renders it as the ConfigMap
+gennstack-serving-staged-gates, one `<pool>.json` each, and the Role on exactly these objects).
+A deploy alone cannot be relied on to open it: CloudFormation runs the chart's `helm upgrade` only
+when the HelmChart resource's properties change (aws-cdk-lib 2.275.0 aws-eks-v2/lib/helm-chart.js).
+A forced gate (`true` / `false`) has no entry: only a deploy changes it. YAML: pool -> {pool, marker,
+requires (marker key -> prefix), targets [{kind, namespace, name, ...}]}. Call with the root context.
+*/}}
+{{- define "gennstack-serving.stagedGates" -}}
+{{- $gates := dict }}
+{{- $ns := .Release.Namespace }}
+{{- range $name := list "inf2" "trn2" "g6e" }}
+{{- $v := index $.Values $name }}
+{{- if and $v.enabled (eq (toString $v.staged) "auto") }}
+{{- $gen := fromYaml (include "gennstack-serving.gen" (dict "root" $ "name" $name)) }}
+{{- $requires := dict (include "gennstack-serving.stagedKey" (dict "kind" "model" "prefix" $gen.modelPrefix)) $gen.modelPrefix }}
+{{- if $gen.neuron }}
+{{- $_ := set $requires (include "gennstack-serving.stagedKey" (dict "kind" "compiled" "prefix" $gen.compilePrefix)) $gen.compilePrefix }}
+{{- end }}
+{{- $targets := list }}
+{{- if eq $name "inf2" }}
+{{- $targets = append $targets (dict "kind" "RayService" "namespace" $ns "name" $gen.pool "group" "inf2" "replicas" (int $v.minReplicas) "minReplicas" (int $v.minReplicas) "maxReplicas" (int $v.maxReplicas)) }}
+{{- else }}
+{{- $targets = append $targets (dict "kind" "Deployment" "namespace" $ns "name" $gen.pool) }}
+{{- end }}
+{{- $targets = append $targets (dict "kind" "Deployment" "namespace" $ns "name" (printf "%s-warm-spare" $gen.pool)) }}
+{{- $_ := set $gates $gen.pool (dict "pool" $gen.pool "marker" (include "gennstack-serving.stagedConfigMap" $gen) "requires" $requires "targets" $targets) }}
+{{- end }}
+{{- end }}
+{{- $m := .Values.multiNode }}
+{{- if and $m.enabled (eq (toString $m.staged) "auto") }}
+{{- $gen := fromYaml (include "gennstack-serving.multiNodeGen" $) }}
+{{- $spares := default (printf "%s-group-spares" $ns) $m.warmSpareNamespace }}
+{{- $targets := list (dict "kind" "LeaderWorkerSet" "namespace" $ns "name" $gen.pool) (dict "kind" "LeaderWorkerSet" "namespace" $spares "name" (printf "%s-warm-spare" $gen.pool)) }}
+{{- $requires := dict (include "gennstack-serving.stagedKey" (dict "kind" "model" "prefix" $gen.modelPrefix)) $gen.modelPrefix }}
+{{- $_ := set $gates $gen.pool (dict "pool" $gen.pool "marker" (include "gennstack-serving.stagedConfigMap" $gen) "requires" $requires "targets" $targets) }}
+{{- end }}
+{{- toYaml $gates }}
+{{- end }}
+
+{{/* The staged gate's file for a Job that records into `gen`'s marker (env STAGED_GATE). Call with $gen. */}}
+{{- define "gennstack-serving.stagedGateFile" -}}
+{{- printf "/gates/%s.json" .pool }}
+{{- end }}
+
+{{/* "true" while Jobs may record markers and open gates: staging on, or a compile Job kept
+running with staging off (gennstack-serving.keptCompileJobs). Call with the root context. */}}
+{{- define "gennstack-serving.recording" -}}
+{{- ternary "true" "false" (or (.Values.staging.enabled | default false) (gt (len (fromJsonArray (include "gennstack-serving.keptCompileJobs" .))) 0)) }}
+{{- end }}
+
+{{/* A Neuron generation's compile Job. Call with (dict "root" $ "gen" $gen "compileJob" <name> "stageJob" <name>). */}}
+{{- define "gennstack-serving.compileJob" -}}
+{{- $root := .root }}{{- $gen := .gen }}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .compileJob }}
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+    {{- include "gennstack-serving.selectorLabels" (dict "gen" $gen "role" "compile") | nindent 4 }}
+  annotations:
+    gennstack.io/s3-prefix: {{ printf "s3://%s/%s" (include "gennstack-serving.compileCacheBucket" $root) $gen.compilePrefix | quote }}
+    gennstack.io/released-by: {{ .stageJob }}
+spec:
+  # No pod (and no on-demand accelerator node) until the stage Job has the model in S3.
+  suspend: {{ include "gennstack-serving.compileSuspend" (dict "root" $root "compileJob" .compileJob "stageJob" .stageJob) }}
+  # A failed compile is not retried into the shared cache: look at it, then re-run.
+  backoffLimit: 0
+  # Counted from the release: suspending resets the Job's startTime (batch/v1 JobSpec.suspend).
+  activeDeadlineSeconds: {{ $root.Values.staging.compileActiveDeadlineSeconds }}
+  ttlSecondsAfterFinished: {{ $root.Values.staging.ttlSecondsAfterFinished }}
+  template:
+    {{- include "gennstack-serving.compilePodTemplate" (dict "root" $root "gen" $gen) | nindent 4 }}
+{{- end }}
+
+{{/* What a Neuron generation's compile upload may do in the API, bound to that generation's compile
+account: record its artifacts in its own generation's marker, and nothing else. Rendered with its
+compile Job (staging on, or a compile Job kept running). Call with (dict "root" $ "gen" $gen). */}}
+{{- define "gennstack-serving.compileRbac" -}}
+{{- $root := .root }}{{- $gen := .gen }}
+---
+# The compile upload records its artifacts in its own generation's marker, and nothing else.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $gen.pool }}-compile-marker
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: ["configmaps"]
+    verbs: ["patch"]
+    resourceNames: [{{ include "gennstack-serving.stagedConfigMap" $gen | quote }}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $gen.pool }}-compile-marker
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $gen.pool }}-compile-marker
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "gennstack-serving.compileServiceAccount" (dict "root" $root "gen" $gen) }}
+    namespace: {{ $root.Release.Namespace }}
+{{- end }}
+
+{{/*
+With staging off, the compile Jobs still running: the live Job of the name this release renders
+(helm's `lookup`) is released (spec.suspend false) and has no Complete or Failed condition (batch/v1
+JobStatus.conditions). Such a Job stays in the manifest, unchanged, so turning staging off does not
+delete it (helm deletes what a release no longer renders, with its pod: an on-demand accelerator
+node's compile lost mid-way), and so do the marker and gate Roles its upload needs to record and to
+open the gate (gennstack-serving.recording). A suspended one (its stage Job had not finished) is
+dropped: nothing ran on an accelerator yet. Once it has ended, the next upgrade drops it; its
+ttlSecondsAfterFinished deletes it a day after it ends in any case. `helm template` has no cluster:
+nothing is kept there. JSON list of {name (generation), compileJob, stageJob}. Call with the root context.
+*/}}
+{{- define "gennstack-serving.keptCompileJobs" -}}
+{{- $kept := list }}
+{{- if not .Values.staging.enabled }}
+{{- range $name := list "inf2" "trn2" }}
+{{- if (index $.Values $name).enabled }}
+{{- $gen := fromYaml (include "gennstack-serving.gen" (dict "root" $ "name" $name)) }}
+{{- $compileJob := include "gennstack-serving.compileJobName" (dict "root" $ "gen" $gen) }}
+{{- $live := lookup "batch/v1" "Job" $.Release.Namespace $compileJob }}
+{{- if and $live (not (dig "spec" "suspend" true $live)) }}
+{{- $ended := false }}
+{{- range $c := (dig "status" "conditions" (list) $live) }}
+{{- if and (has $c.type (list "Complete" "Failed")) (eq (toString $c.status) "True") }}
+{{- $ended = true }}
+{{- end }}
+{{- end }}
+{{- if not $ended }}
+{{- $kept = append $kept (dict "name" $name "compileJob" $compileJob "stageJob" (dig "metadata" "annotations" "gennstack.io/released-by" "" $live)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toJson $kept }}
 {{- end }}
