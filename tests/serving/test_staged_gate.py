@@ -463,8 +463,14 @@ def test_notes_name_the_generations_that_wait_for_staging() -> None:
     assert "gen1-inf2: waiting for staging. Its servers and warm spares are scheduling-gated (no inf2 node)" in notes
     assert ("until ConfigMap gen1-inf2-staged records meta-llama/Meta-Llama-3-70B-Instruct/main/ and "
             "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-seqs20-len8192/,") in notes
-    assert "until ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/,\n    which the stage Job (staging.enabled) writes;" in notes
+    assert ("until ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/,\n    which the stage Job (staging.enabled) writes; "
+            "the stage Job then opens the gate itself (no upgrade needed).") in notes
+    assert "which the stage and compile Jobs (staging.enabled) write; the compile Job then opens the gate itself" in notes
     assert "gen2-trn2: waiting" not in notes  # open
+    assert "next upgrade" not in notes
+    forced = helm.run("install", helm.RELEASE, str(CHART), "--dry-run=client", "--namespace", NAMESPACE,
+                      values=merged(REQUIRED, gates({"g6e": False})))
+    assert "g6e.staged is forced false: only an upgrade with it auto or true opens the gate." in forced.stdout
 
 
 # --- the Jobs that complete a marker open its gate (no deploy needed) ----------------------------------

@@ -30,8 +30,11 @@ Deployments and the multi-node LeaderWorkerSets lose the pod templates' scheduli
 gen1-inf2's RayService (read first: a merge patch replaces a list whole, RFC 7386) gets its worker
 group's counts, loses the worker template's gate and annotation and the head's label, sent with the
 ``resourceVersion`` it read, so a concurrent change answers 409 and is read again. The controllers
-replace their gated pods (a pod's own schedulingGates could only be removed, never the template's
-label; the Job patches no pod). The next ``helm upgrade`` reads the same marker, renders the gate open
+replace their gated pods (the Job patches no pod, whose own schedulingGates could only be removed
+and whose template hash would still differ); LWS v0.10.0 accepts a template change
+(pkg/webhooks/leaderworkerset_webhook.go ValidateUpdate guards only subGroupSize and subdomainPolicy)
+and rolls its groups. A stale ``resourceVersion`` is refused as the API server's optimistic lock
+does (k8s.io/apiserver pkg/storage OptimisticLockErrorMsg, apierrors.NewConflict: 409). The next ``helm upgrade`` reads the same marker, renders the gate open
 and so changes nothing (tests/serving/test_staged_gate.py holds the patched objects to that render).
 """
 
