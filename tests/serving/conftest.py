@@ -79,6 +79,9 @@ def load_script(name: str) -> ModuleType:
 # The staging ServiceAccount's token, as the fake Kubernetes API (tests/serving/fake_kube_api.py) knows it.
 STAGING_TOKEN = "eyJhbGciOiJSUzI1NiJ9.staging-service-account-token"
 STAGING_USER = f"system:serviceaccount:{NAMESPACE}:gennstack-staging"
+# Each Neuron generation's compile ServiceAccount (gennstack-compile-<gen>), which its upload runs as.
+COMPILE_TOKENS = {gen: f"eyJhbGciOiJSUzI1NiJ9.compile-{gen}-service-account-token" for gen in ("inf2", "trn2")}
+COMPILE_USERS = {gen: f"system:serviceaccount:{NAMESPACE}:gennstack-compile-{gen}" for gen in COMPILE_TOKENS}
 BUCKETS = {"buckets": {"models": "models", "compileCache": "compile-cache"}}
 
 
@@ -86,20 +89,27 @@ def serve_kube_api(tmp_path: Path, values: dict[str, Any], *, workloads: bool = 
     """A Kubernetes API on 127.0.0.1 holding what the chart renders with ``values``: its Roles and
     RoleBindings enforced, its staged-marker ConfigMaps empty (with ``workloads``, its Deployments,
     RayService and LeaderWorkerSets as well, as a first install left them). ``env`` is what the kubelet gives a
-    staging pod (API address, ServiceAccount token of gennstack-staging, CA); ``kubeconfig`` is
-    helm's (admin). A generator: the fixtures below yield from it."""
+    staging pod (API address, ServiceAccount token of gennstack-staging, CA), ``compile_env[gen]``
+    what it gives a Neuron generation's compile upload (the token of gennstack-compile-<gen>);
+    ``kubeconfig`` is helm's (admin). A generator: the fixtures below yield from it."""
     from tests.lambdas.lambda_support import make_certificate
     from tests.serving.fake_kube_api import FakeKubeApi, in_cluster_env, install, service_account_dir, write_kubeconfig
 
     rendered = helm.render(CHART, values, namespace=NAMESPACE)
     tls = make_certificate(tmp_path, "kubernetes")
-    api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered},
-                      tokens={"helm-admin": "admin", STAGING_TOKEN: STAGING_USER})
+    # (batch/v1 Job as every API server serves it: with staging off the chart renders no Job but looks
+    # one up, gennstack-serving.keptCompileJobs, and helm's lookup fails on a kind discovery lacks.)
+    api = FakeKubeApi(tls.certfile, tls.keyfile, kinds={(o["apiVersion"], o["kind"]) for o in rendered} | {("batch/v1", "Job")},
+                      tokens={"helm-admin": "admin", STAGING_TOKEN: STAGING_USER,
+                              **{COMPILE_TOKENS[gen]: COMPILE_USERS[gen] for gen in COMPILE_TOKENS}})
     install(api, rendered, NAMESPACE, workloads=workloads)
     url = api.start()
     api.rendered = rendered
     api.env = in_cluster_env(api, service_account_dir(tmp_path / "pod", token=STAGING_TOKEN, namespace=NAMESPACE,
                                                       ca_file=tls.certfile))
+    api.compile_env = {gen: in_cluster_env(api, service_account_dir(tmp_path / f"pod-compile-{gen}", token=token,
+                                                                    namespace=NAMESPACE, ca_file=tls.certfile))
+                       for gen, token in COMPILE_TOKENS.items()}
     api.kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server=url, ca_b64=tls.ca_b64, namespace=NAMESPACE)
     try:
         yield api

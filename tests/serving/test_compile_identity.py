@@ -63,17 +63,25 @@ def test_the_compile_container_gets_no_token(objects) -> None:
                                          next(x for x in [*spec["initContainers"], *spec["containers"]] if x["name"] == c)["env"]}
 
 
-def test_a_compile_account_may_record_only_its_own_marker(objects) -> None:
-    """RBAC of a compile account: patch on its generation's `<pool>-staged`, nothing else (not the
-    other generation's marker, not the compile Jobs the staging account releases)."""
+def test_a_compile_account_may_record_only_its_own_marker_and_open_only_its_own_gate(objects) -> None:
+    """RBAC of a compile account: patch on its generation's `<pool>-staged`, and opening that
+    generation's gate once the marker is complete (tests/serving/test_staged_gate.py): patch on its
+    servers' and warm spares' objects by name (get too on gen1's RayService, which kube_patch.py reads
+    first). Nothing else: not the other generation's marker or objects, not the compile Jobs the
+    staging account releases."""
     bindings = [o for o in objects if o["kind"] == "RoleBinding"]
     roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    opens = {"gen1-inf2": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen1-inf2-warm-spare"]},
+                           {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get", "patch"], "resourceNames": ["gen1-inf2"]}],
+             "gen2-trn2": [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"],
+                            "resourceNames": ["gen2-trn2", "gen2-trn2-warm-spare"]}]}
     for pool in ("gen1-inf2", "gen2-trn2"):
         account = f"gennstack-compile-{pool.split('-')[1]}"
         granted = [b["roleRef"]["name"] for b in bindings if {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE} in b["subjects"]]
-        assert granted == [f"{pool}-compile-marker"]
+        assert granted == [f"{pool}-compile-marker", f"{pool}-compile-open-gate"]
         assert roles[granted[0]]["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"],
                                                "resourceNames": [f"{pool}-staged"]}]
+        assert roles[granted[1]]["rules"] == opens[pool]
 
 
 def test_pod_templates_of_the_compile_jobs_pass_the_pod_security_checks(objects) -> None:

@@ -270,10 +270,12 @@ def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(render
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gennstack-serving", "namespace": NAMESPACE}]
     # The staging account's only Kubernetes permissions: releasing its compile Jobs (test_compile_gate.py),
     # recording what it staged in the staged markers and opening the gates they complete (test_staged_gate.py);
-    # a compile account's, recording its artifacts in its own generation's marker (tests/serving/test_compile_identity.py).
+    # a compile account's, recording its artifacts in its own generation's marker and opening its own
+    # generation's gate (tests/serving/test_compile_identity.py).
     assert {name for kind, name in by_name if kind in ("Role", "RoleBinding")} == {
         "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs", "gennstack-serving-staged-markers",
-        "gennstack-serving-open-staged-gates", "gen1-inf2-compile-marker", "gen2-trn2-compile-marker"}
+        "gennstack-serving-open-staged-gates", "gen1-inf2-compile-marker", "gen2-trn2-compile-marker",
+        "gen1-inf2-compile-open-gate", "gen2-trn2-compile-open-gate"}
 
 
 def test_service_account_names_come_from_values() -> None:

@@ -29,8 +29,8 @@ from tests import helm
 from tests.k8s_schema import validate
 from tests.serving.aws_fakes import pod_env
 from tests.serving.conftest import (
-    BUCKETS, CHART, GENERATIONS, NAMESPACE, REQUIRED, STAGING, STAGING_TOKEN, STAGING_USER, cdk_values, merged, only,
-    serve_kube_api,
+    BUCKETS, CHART, COMPILE_TOKENS, COMPILE_USERS, GENERATIONS, NAMESPACE, REQUIRED, STAGING, STAGING_TOKEN, STAGING_USER,
+    cdk_values, merged, only, serve_kube_api,
 )
 from tests.serving.containers import COMMIT, HUB_FILES, env_with_prefixes, run, workload
 from tests.serving.fake_hub import FakeHub
@@ -368,10 +368,11 @@ def stage(api, moto, agent, hub, root: Path, pool: str, prefix: str, **overrides
 
 
 def upload(api, moto, agent, root: Path, pool: str, prefix: str, *, skip: bool = False):
+    """The compile Job's upload, with its generation's compile account (gennstack-compile-<gen>)."""
     container = workload(containers(api.rendered), f"{pool}-compile", "upload")
     mount_gates(api, root)
     env = pod_env(root / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
-                  **env_with_prefixes(container, root, COMPILE_PREFIX=prefix, **api.env))
+                  **env_with_prefixes(container, root, COMPILE_PREFIX=prefix, **api.compile_env[pool.split("-")[1]]))
     (root / "work").mkdir(parents=True, exist_ok=True)
     if skip:  # the compile Job's sync found the artifacts complete in S3 already
         (root / "work" / "skip").touch()
@@ -507,10 +508,12 @@ def rendered_object(objects: list[dict], kind_: str, namespace: str, name: str) 
     return obj
 
 
-def opened_paths(api) -> set[str]:
-    """The objects the staging account patched, other than its markers and the compile Jobs it releases."""
+def opened_paths(api, *tokens: str) -> set[str]:
+    """The objects the Jobs' accounts (staging, compile; or only those of ``tokens``) patched, other
+    than the markers and the compile Jobs."""
+    tokens = tokens or (STAGING_TOKEN, *COMPILE_TOKENS.values())
     return {p.path for p in api.patches() if "/configmaps/" not in p.path and "/jobs/" not in p.path
-            and p.headers["authorization"] == f"Bearer {STAGING_TOKEN}"}
+            and p.headers["authorization"] in {f"Bearer {t}" for t in tokens}}
 
 
 def target_path(kind_: str, namespace: str, name: str) -> str:
@@ -518,10 +521,23 @@ def target_path(kind_: str, namespace: str, name: str) -> str:
     return f"{base[kind_]}/namespaces/{namespace}/{STORES[kind_]}/{name}"
 
 
+def compile_gate_roles(objects: list[dict]) -> dict[str, list[dict]]:
+    """compile account -> the rules of the `<pool>-compile-open-gate` Role bound to it (and to nobody else)."""
+    roles = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Role"}
+    out = {}
+    for b in objects:
+        if b["kind"] == "RoleBinding" and b["metadata"]["name"].endswith("-compile-open-gate"):
+            [subject] = b["subjects"]
+            assert b["roleRef"]["name"] == b["metadata"]["name"] and subject["namespace"] == NAMESPACE
+            out[subject["name"]] = roles[b["roleRef"]["name"]]["rules"]
+    return out
+
+
 def test_the_chart_tells_the_jobs_what_each_auto_gate_closes_and_lets_them_change_only_that() -> None:
     """The gate file (ConfigMap gennstack-serving-staged-gates, mounted at /gates in the stage Jobs and
     the compile Jobs' upload) lists, per `auto` gate, the marker keys it needs and the objects it
-    closes; the Role per namespace allows exactly those: patch on the Deployments and
+    closes; the staging account's Role per namespace allows exactly those (and each compile account's,
+    its own generation's): patch on the Deployments and
     LeaderWorkerSets by name, get and patch on the RayService by name (rbac/v1 PolicyRule: resourceNames
     scope get and patch; an empty list would mean every name, so none is rendered). A forced gate has no
     entry: a deploy sets it, no Job may open it."""
@@ -549,6 +565,14 @@ def test_the_chart_tells_the_jobs_what_each_auto_gate_closes_and_lets_them_chang
                                        "verbs": ["patch"], "resourceNames": ["gen3-g6e-multinode-warm-spare"]}]
     bindings = [o for o in objects if o["kind"] == "RoleBinding" and o["metadata"]["name"] == GATES_ROLE]
     assert [b["subjects"] for b in bindings] == [[{"kind": "ServiceAccount", "name": "gennstack-staging", "namespace": NAMESPACE}]] * 2
+    # A Neuron generation's compile upload runs as its own account (tests/serving/test_compile_identity.py):
+    # a Role of its own lets it open its own generation's gate, nothing of another.
+    assert compile_gate_roles(objects) == {
+        "gennstack-compile-inf2": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen1-inf2-warm-spare"]},
+            {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get", "patch"], "resourceNames": ["gen1-inf2"]}],
+        "gennstack-compile-trn2": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen2-trn2", "gen2-trn2-warm-spare"]}]}
     # Every recording container reads its own generation's file from the mounted ConfigMap.
     for (owner, name), container in containers(objects).items():
         if name in ("stage", "upload"):
@@ -559,11 +583,15 @@ def test_the_chart_tells_the_jobs_what_each_auto_gate_closes_and_lets_them_chang
     forced = helm.render(CHART, merged(LIVE_VALUES, gates({"trn2": True, "g6e": False})), namespace=NAMESPACE)
     assert sorted(kind(forced, "ConfigMap", "gennstack-serving-staged-gates")["data"]) == ["gen1-inf2.json", "gen3-g6e-multinode.json"]
     assert kind(forced, "Role", GATES_ROLE)["rules"][0]["resourceNames"] == ["gen1-inf2-warm-spare"]
+    assert list(compile_gate_roles(forced)) == ["gennstack-compile-inf2"]
     none = helm.render(CHART, merged(VALUES, gates(dict.fromkeys(GENERATIONS, True))), namespace=NAMESPACE)
     assert kind(none, "Role", GATES_ROLE) is None and "data" not in kind(none, "ConfigMap", "gennstack-serving-staged-gates")
+    assert compile_gate_roles(none) == {}
     # Staging off: nothing to open from, no Role.
     off = helm.render(CHART, merged(REQUIRED, {"multiNode": {"enabled": True}}), namespace=NAMESPACE)
     assert kind(off, "Role", GATES_ROLE) is None and kind(off, "ConfigMap", "gennstack-serving-staged-gates") is None
+    assert compile_gate_roles(off) == {}
+
 
 def test_the_job_that_completes_a_marker_opens_its_gate_and_the_next_deploy_keeps_it_open(
         live, moto, agent, hub, hf_secret, tmp_path) -> None:
@@ -600,11 +628,23 @@ def test_the_job_that_completes_a_marker_opens_its_gate_and_the_next_deploy_keep
     assert "Operation cannot be fulfilled on rayservices.ray.io \"gen1-inf2\"" in proc.stdout and "reading it again" in proc.stdout
     ray_patches = [p for p in live.patches() if p.path == target_path("RayService", NAMESPACE, "gen1-inf2")]
     assert [p.body["metadata"]["resourceVersion"] for p in ray_patches] == ["1", "2"]
+    # (with its own generation's compile account, within <pool>-compile-open-gate)
+    assert opened_paths(live, COMPILE_TOKENS["inf2"]) == {target_path(*t) for t in TARGETS["gen1-inf2"]}
     # trn2: artifacts already in S3 (the compile skipped): the upload completes the marker and opens it.
     live.configmaps[(NAMESPACE, "gen2-trn2-staged")]["data"] = {key("model", keys["trn2"]["model"]): keys["trn2"]["model"]}
     proc = upload(live, moto, agent, tmp_path / "trn2-upload", "gen2-trn2", keys["trn2"]["compiled"], skip=True)
     assert proc.returncode == 0, proc.stderr
+    assert opened_paths(live, COMPILE_TOKENS["trn2"]) == {target_path(*t) for t in TARGETS["gen2-trn2"]}
     assert opened_paths(live) == {target_path(*t) for ts in TARGETS.values() for t in ts}
+    # The objects' templates, never a pod: a LeaderWorkerSet's workers are created only once its leader is
+    # scheduled (its exclusive-topology annotation, on the object, which the patch leaves alone: LWS v0.10.0
+    # pkg/controllers/pod_controller.go), from the patched workerTemplate, so they come ungated too.
+    assert not [p for p in live.patches() if "/pods/" in p.path]
+    for target in TARGETS["gen3-g6e-multinode"]:
+        lws = live_object(live, *target)
+        assert lws["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == "topology.kubernetes.io/zone"
+        for role in ("leaderTemplate", "workerTemplate"):
+            assert "schedulingGates" not in lws["spec"]["leaderWorkerTemplate"][role]["spec"], (target, role)
     # The next deploy renders every gate open, and exactly the objects the Jobs left: nothing to apply.
     rendered = render_live(live, LIVE_VALUES)
     assert gated(rendered) == set() and labelled(rendered) == set()
@@ -651,6 +691,39 @@ def test_a_refused_opening_fails_the_job_and_names_the_role(live, moto, agent, h
     assert live.configmaps[(NAMESPACE, "gen3-g6e-staged")]["data"] == {key("model", keys["g6e"]["model"]): keys["g6e"]["model"]}
 
 
+def test_a_compile_account_opens_only_its_own_generations_gate(live, moto, agent, tmp_path) -> None:
+    """A compile upload runs as its generation's compile account, whose model code ran in the same pod:
+    without its `<pool>-compile-open-gate` Role the upload fails naming it (the marker is recorded), and
+    that Role lets it change nothing of another generation (the fake API evaluates RBAC as Kubernetes does)."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    keys = prefixes(live)
+    live.configmaps[(NAMESPACE, "gen1-inf2-staged")]["data"] = {key("model", keys["inf2"]["model"]): keys["inf2"]["model"]}
+    live.roles = [r for r in live.roles if r["metadata"]["name"] != "gen1-inf2-compile-open-gate"]
+    proc = upload(live, moto, agent, tmp_path / "inf2-upload", "gen1-inf2", keys["inf2"]["compiled"], skip=True)
+    assert proc.returncode != 0
+    path = target_path("RayService", NAMESPACE, "gen1-inf2")
+    assert (f"could not open the gate of gen1-inf2 on RayService {NAMESPACE}/gen1-inf2: GET {path} answered HTTP 403: "
+            f'rayservices.ray.io "gen1-inf2" is forbidden: User "{COMPILE_USERS["inf2"]}" cannot get resource "rayservices"') in proc.stderr
+    assert f"(Role gen1-inf2-compile-open-gate in {NAMESPACE})" in proc.stderr
+    assert key("compiled", keys["inf2"]["compiled"]) in live.configmaps[(NAMESPACE, "gen1-inf2-staged")]["data"]
+    # trn2's account, with its own Role: its generation's objects only.
+    account = Path(live.compile_env["trn2"]["SERVICE_ACCOUNT_DIR"])
+    context = ssl.create_default_context(cafile=str(account / "ca.crt"))
+    for target in [*TARGETS["gen1-inf2"], *TARGETS["gen3-g6e"], *TARGETS["gen3-g6e-multinode"], *TARGETS["gen2-trn2"]]:
+        request = urllib.request.Request(f"https://127.0.0.1:{live.port}{target_path(*target)}", method="PATCH", data=b"{}",
+                                         headers={"Authorization": f"Bearer {COMPILE_TOKENS['trn2']}",
+                                                  "Content-Type": "application/merge-patch+json"})
+        try:
+            with urllib.request.urlopen(request, context=context, timeout=10) as response:
+                status = response.status
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+        assert status == (200 if target in TARGETS["gen2-trn2"] else 403), target
+
+
 # --- turning staging off while a compile runs ---------------------------------------------------------
 
 
@@ -671,8 +744,9 @@ def test_turning_staging_off_keeps_a_running_compile_until_it_ends(kube_api, sta
     on-demand accelerator node's hour. With staging off the chart reads the live compile Job of the
     name it renders (helm's lookup): released and without a Complete or Failed condition (batch/v1
     JobStatus.conditions), it stays in the manifest exactly as staging on rendered it (no change to
-    apply), and so do the marker and gate Roles its upload needs to record and open the gate. The stage
-    Jobs, the release Role and a finished, failed or never-released compile Job are dropped."""
+    apply), and so do the gates ConfigMap and its compile account's Roles, which its upload needs to
+    record and open the gate (<pool>-compile-marker, <pool>-compile-open-gate). The stage Jobs, the
+    staging account's Roles and a finished, failed or never-released compile Job are dropped."""
     live_compile_jobs(kube_api)
     on = compile_jobs(kube_api.rendered)
     [inf2] = [n for n in on if n.startswith("gen1-inf2-compile-")]
@@ -685,18 +759,22 @@ def test_turning_staging_off_keeps_a_running_compile_until_it_ends(kube_api, sta
         validate(obj)
     assert not [o for o in rendered if o["kind"] == "Job" and "-stage-" in o["metadata"]["name"]]
     assert kind(rendered, "Role", "gennstack-serving-release-compile-jobs") is None
+    assert kind(rendered, "Role", ROLE) is None and kind(rendered, "Role", GATES_ROLE) is None
     if not kept:
         assert compile_jobs(rendered) == {}
-        assert kind(rendered, "Role", ROLE) is None and kind(rendered, "Role", GATES_ROLE) is None
+        assert not [o for o in rendered if o["kind"] in ("Role", "RoleBinding") and "-compile-" in o["metadata"]["name"]]
+        assert kind(rendered, "ConfigMap", "gennstack-serving-staged-gates") is None
         return
     got = compile_jobs(rendered)
     assert list(got) == [inf2]
     want = json.loads(json.dumps(on[inf2]))
     want["spec"]["suspend"] = False  # what staging on renders for a released compile (compileSuspend)
     assert got[inf2] == want
-    assert kind(rendered, "Role", ROLE)["rules"][0]["resourceNames"] == [STAGED_MARKERS[g] for g in GENERATIONS]
+    assert kind(rendered, "Role", "gen1-inf2-compile-marker")["rules"][0]["resourceNames"] == ["gen1-inf2-staged"]
+    assert kind(rendered, "RoleBinding", "gen1-inf2-compile-marker")["subjects"][0]["name"] == "gennstack-compile-inf2"
+    assert list(compile_gate_roles(rendered)) == ["gennstack-compile-inf2"]
+    assert kind(rendered, "Role", "gen2-trn2-compile-marker") is None
     assert "gen1-inf2.json" in kind(rendered, "ConfigMap", "gennstack-serving-staged-gates")["data"]
-    assert kind(rendered, "Role", GATES_ROLE) is not None
     notes = helm.run("install", helm.RELEASE, str(CHART), "--dry-run=server", "--disable-openapi-validation", "--namespace", NAMESPACE,
                      "--kubeconfig", str(kube_api.kubeconfig), values=off_values)
     assert notes.returncode == 0, notes.stderr

@@ -23,7 +23,9 @@ change (aws-cdk-lib 2.275.0 aws-eks-v2/lib/helm-chart.js: ClusterName, Release, 
 Values, ... all deterministic), so "deploy again" after staging was a no-op. The chart renders, per
 generation whose gate is ``auto``, what its gate holds closed (ConfigMap
 ``gennstack-serving-staged-gates``, key ``<pool>.json``, mounted at /gates): the marker keys it needs
-and the objects it closes. Once the marker the PATCH returned holds every key, each object gets the
+and the objects it closes. The stage Jobs (the staging account) may change them within Role
+``gennstack-serving-open-staged-gates``, a compile Job's upload (its generation's own compile account)
+within ``<pool>-compile-open-gate``, which names that generation's objects only. Once the marker the PATCH returned holds every key, each object gets the
 change that a deploy with the gate open renders, and nothing else: the servers' and warm spares'
 Deployments and the multi-node LeaderWorkerSets lose the pod templates' scheduling gate
 ``gennstack.io/staged`` and label ``gennstack.io/staged`` (a JSON merge patch of nulls: idempotent);
@@ -54,7 +56,8 @@ SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MERGE_PATCH = "application/merge-patch+json"
 ATTEMPTS = 5
 MARKER_ROLE = "gennstack-serving-staged-markers"
-GATES_ROLE = "gennstack-serving-open-staged-gates"
+GATES_ROLE = "gennstack-serving-open-staged-gates"  # the stage Jobs' (staging account)
+COMPILE_GATES_ROLE = "{pool}-compile-open-gate"  # a compile Job's upload's (its generation's compile account)
 GATE = "gennstack.io/staged"  # the scheduling gate's name, and the label and annotation a closed gate sets
 # Where each kind the gate closes lives in the API (group/version, plural).
 KINDS = {"Deployment": "/apis/apps/v1", "LeaderWorkerSet": "/apis/leaderworkerset.x-k8s.io/v1",
@@ -224,9 +227,10 @@ def ray_service_opened(obj: dict[str, Any], target: dict[str, Any]) -> dict[str,
 
 def open_gate(gate: dict[str, Any], data: dict[str, str], *, account_dir: str, host: str, port: str,
               attempts: int = ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
-              log: Callable[[str], None] = print) -> list[str]:
+              log: Callable[[str], None] = print, role: str = GATES_ROLE) -> list[str]:
     """Open ``gate`` (read_gate) when the marker's ``data`` holds every key it requires; return the
-    objects patched ("Kind namespace/name"), none while something is still missing.
+    objects patched ("Kind namespace/name"), none while something is still missing. ``role``: the
+    chart's Role that allows it to this Job's account (``{pool}`` filled in), named when refused.
 
     Raises ``RuntimeError`` with what to do when the API refuses or cannot be reached."""
     missing = [prefix for key, prefix in sorted(gate["requires"].items()) if data.get(key) != prefix]
@@ -248,9 +252,10 @@ def open_gate(gate: dict[str, Any], data: dict[str, str], *, account_dir: str, h
                 merge_patch(path, {"spec": spec}, **api)
         except Refused as exc:
             raise RuntimeError(
-                f"could not open the gate of {gate['pool']} on {kind} {ns}/{name}: {exc}. The staging ServiceAccount needs "
-                f"{'get and ' if kind == 'RayService' else ''}patch on {PLURALS[kind]}/{name} (Role {GATES_ROLE} in "
-                f"{ns}); the marker records what is staged, so a deploy that runs helm upgrade opens it too.") from None
+                f"could not open the gate of {gate['pool']} on {kind} {ns}/{name}: {exc}. The Job's ServiceAccount needs "
+                f"{'get and ' if kind == 'RayService' else ''}patch on {PLURALS[kind]}/{name} (Role "
+                f"{role.format(pool=gate['pool'])} in {ns}); the marker records what is staged, so a deploy that runs "
+                "helm upgrade opens it too.") from None
         except Unreachable as exc:
             raise RuntimeError(f"could not open the gate of {gate['pool']} on {kind} {ns}/{name}: {exc}") from None
         opened.append(f"{kind} {ns}/{name}")
@@ -275,12 +280,12 @@ def _open_ray_service(path: str, target: dict[str, Any], api: dict[str, Any]) ->
 
 def record_and_open(configmap: str, kind: str, prefix: str, gate_file: str | None, *, account_dir: str, host: str,
                     port: str, attempts: int = ATTEMPTS, sleep: Callable[[float], None] = time.sleep,
-                    log: Callable[[str], None] = print) -> list[str]:
-    """mark_staged, then open_gate with the chart's gate file (if it rendered one)."""
+                    log: Callable[[str], None] = print, role: str = GATES_ROLE) -> list[str]:
+    """mark_staged, then open_gate (within ``role``) with the chart's gate file (if it rendered one)."""
     api = {"account_dir": account_dir, "host": host, "port": port, "attempts": attempts, "sleep": sleep, "log": log}
     data = mark_staged(configmap, kind, prefix, **api)
     gate = read_gate(gate_file) if gate_file else None
     if gate is None:
         log(f"no gate to open from here ({gate_file or 'STAGED_GATE unset'}): its staged value is forced, a deploy sets it")
         return []
-    return open_gate(gate, data, **api)
+    return open_gate(gate, data, **api, role=role)

@@ -226,7 +226,8 @@ def run_push(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], N
     try:
         kube_patch.record_and_open(env["STAGED_CONFIGMAP"], "compiled", env["COMPILE_PREFIX"], env.get("STAGED_GATE"),
                                    account_dir=env.get("SERVICE_ACCOUNT_DIR", kube_patch.SERVICE_ACCOUNT_DIR),
-                                   host=env["KUBERNETES_SERVICE_HOST"], port=env.get("KUBERNETES_SERVICE_PORT", "443"), log=log)
+                                   host=env["KUBERNETES_SERVICE_HOST"], port=env.get("KUBERNETES_SERVICE_PORT", "443"), log=log,
+                                   role=kube_patch.COMPILE_GATES_ROLE)
     except RuntimeError as exc:
         raise SyncError(str(exc)) from None
 

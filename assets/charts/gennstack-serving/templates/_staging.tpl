@@ -154,7 +154,7 @@ spec:
         # Where the upload records the compiled artifacts (Role <pool>-compile-marker, templates/staging.yaml).
         - name: STAGED_CONFIGMAP
           value: {{ include "gennstack-serving.stagedConfigMap" $gen | quote }}
-        # What the gate closes, which the upload opens once the marker is complete (Role gennstack-serving-open-staged-gates).
+        # What the gate closes, which the upload opens once the marker is complete (Role <pool>-compile-open-gate).
         - name: STAGED_GATE
           value: {{ include "gennstack-serving.stagedGateFile" $gen | quote }}
       resources:
@@ -387,10 +387,14 @@ spec:
 {{- end }}
 
 {{/* What a Neuron generation's compile upload may do in the API, bound to that generation's compile
-account: record its artifacts in its own generation's marker, and nothing else. Rendered with its
-compile Job (staging on, or a compile Job kept running). Call with (dict "root" $ "gen" $gen). */}}
+account (gennstack-serving.compileServiceAccount): record its artifacts in its own generation's
+marker and, with its gate `auto`, open that gate (the objects its /gates file names, the rules of
+gennstack-serving.openGateRules), nothing of another generation. Rendered with its compile Job
+(staging on, or a compile Job kept running). Call with (dict "root" $ "gen" $gen). */}}
 {{- define "gennstack-serving.compileRbac" -}}
 {{- $root := .root }}{{- $gen := .gen }}
+{{- $account := include "gennstack-serving.compileServiceAccount" (dict "root" $root "gen" $gen) }}
+{{- $gate := get (fromYaml (include "gennstack-serving.stagedGates" $root)) $gen.pool }}
 ---
 # The compile upload records its artifacts in its own generation's marker, and nothing else.
 apiVersion: rbac.authorization.k8s.io/v1
@@ -417,8 +421,69 @@ roleRef:
   name: {{ $gen.pool }}-compile-marker
 subjects:
   - kind: ServiceAccount
-    name: {{ include "gennstack-serving.compileServiceAccount" (dict "root" $root "gen" $gen) }}
+    name: {{ $account }}
     namespace: {{ $root.Release.Namespace }}
+{{- with $gate }}
+{{- $kinds := dict }}
+{{- range $t := .targets }}
+{{- $_ := set $kinds $t.kind (append (get $kinds $t.kind | default list) $t.name) }}
+{{- end }}
+---
+# Once its upload completes the marker, it opens its own generation's gate (files/kube_patch.py
+# open_gate): the objects that gate closes, all in this namespace (Neuron generations have no
+# multi-node group).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $gen.pool }}-compile-open-gate
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+rules:
+  {{- include "gennstack-serving.openGateRules" $kinds | nindent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $gen.pool }}-compile-open-gate
+  labels:
+    {{- include "gennstack-serving.labels" $root | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $gen.pool }}-compile-open-gate
+subjects:
+  - kind: ServiceAccount
+    name: {{ $account }}
+    namespace: {{ $root.Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/* The rules that open a gate's objects, from a dict kind -> [names] (of one namespace): patch on
+the named Deployments and LeaderWorkerSets, get and patch on the named RayService (its worker groups
+are a list, which a merge patch replaces whole, so kube_patch.py reads first). Only kinds present get
+a rule: never an empty resourceNames, which RBAC reads as "every name" (rbac/v1 PolicyRule.resourceNames). */}}
+{{- define "gennstack-serving.openGateRules" -}}
+{{- with .Deployment }}
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["patch"]
+  resourceNames:
+    {{- toYaml (sortAlpha .) | nindent 4 }}
+{{- end }}
+{{- with .LeaderWorkerSet }}
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["patch"]
+  resourceNames:
+    {{- toYaml (sortAlpha .) | nindent 4 }}
+{{- end }}
+{{- with .RayService }}
+- apiGroups: ["ray.io"]
+  resources: ["rayservices"]
+  verbs: ["get", "patch"]
+  resourceNames:
+    {{- toYaml (sortAlpha .) | nindent 4 }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -426,8 +491,9 @@ With staging off, the compile Jobs still running: the live Job of the name this 
 (helm's `lookup`) is released (spec.suspend false) and has no Complete or Failed condition (batch/v1
 JobStatus.conditions). Such a Job stays in the manifest, unchanged, so turning staging off does not
 delete it (helm deletes what a release no longer renders, with its pod: an on-demand accelerator
-node's compile lost mid-way), and so do the marker and gate Roles its upload needs to record and to
-open the gate (gennstack-serving.recording). A suspended one (its stage Job had not finished) is
+node's compile lost mid-way), and so do the gates ConfigMap (gennstack-serving.recording) and its
+compile account's Roles (gennstack-serving.compileRbac), which its upload needs to record and to
+open the gate. A suspended one (its stage Job had not finished) is
 dropped: nothing ran on an accelerator yet. Once it has ended, the next upgrade drops it; its
 ttlSecondsAfterFinished deletes it a day after it ends in any case. `helm template` has no cluster:
 nothing is kept there. JSON list of {name (generation), compileJob, stageJob}. Call with the root context.
