@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ import pytest
 
 from tests import helm
 from tests.serving.aws_fakes import TOKEN, pod_env
-from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, STAGING, merged
+from tests.serving.conftest import CHART, NAMESPACE, REQUIRED, SCRIPTS, STAGING, merged
 from tests.serving.containers import (
     COMMIT, HUB_FILES, chart_env, env_with_prefixes, put, run, safetensors, workload,
 )
@@ -216,6 +217,43 @@ def test_compile_upload_refuses_a_link_out_of_the_artifacts(moto, agent, rendere
     s3 = moto.client("s3")
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=COMPILE_BUCKET, Prefix="neuron/link/")["Contents"]}
     assert keys == {"neuron/link/model.pt", "neuron/link/same.pt", "neuron/link/.gennstack-complete"}
+
+
+UPLOAD_UID = 65532  # the compile Job's upload container (the chart's helper user); the compile runs as root
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the upload's walk as another user: needs root (CI is root)")
+def test_compile_upload_never_marks_a_set_it_cannot_read_complete() -> None:
+    """The compile (root) may leave a 0700 folder or a 0600 file; Path.rglob skips a folder it cannot
+    list, so an upload as another user would mark an incomplete set complete. s3sync's walk refuses
+    it, and compile.sh makes the set readable before it hands over (both run for real, as that user)."""
+    import shutil
+    import tempfile
+
+    top = Path(tempfile.mkdtemp(prefix="gennstack-compiled-"))
+    try:
+        top.chmod(0o755)
+        artifacts = top / "artifacts"
+        (artifacts / "weights").mkdir(parents=True)
+        (artifacts / "model.pt").write_bytes(b"m")
+        (artifacts / "weights" / "tp0.safetensors").write_bytes(b"w")
+        (artifacts / "weights").chmod(0o700)
+        walk = ("import sys; sys.path.insert(0, sys.argv[1]); import s3sync; "
+                "print(sorted(p.relative_to(sys.argv[2]).as_posix() for p in s3sync._walk(__import__('pathlib').Path(sys.argv[2]))))")
+        # Debian's python3: the venv's interpreter lives under /root, which that user cannot enter
+        python = Path("/usr/bin/python3")
+        if not python.exists():
+            pytest.skip("no /usr/bin/python3 another user may run")
+        as_upload = dict(user=UPLOAD_UID, group=UPLOAD_UID, capture_output=True, text=True, timeout=60)
+        refused = subprocess.run([str(python), "-c", walk, str(SCRIPTS), str(artifacts)], **as_upload)
+        assert refused.returncode == 1 and "cannot list" in refused.stderr and "incomplete set" in refused.stderr
+        (chmod,) = [line for line in (SCRIPTS / "compile.sh").read_text().splitlines() if line.startswith("chmod ")]
+        subprocess.run(["bash", "-c", chmod], env={"NEURON_COMPILED_ARTIFACTS": str(artifacts), "PATH": "/usr/bin:/bin"}, check=True)
+        listed = subprocess.run([str(python), "-c", walk, str(SCRIPTS), str(artifacts)], **as_upload)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout.strip() == str(["model.pt", "weights", "weights/tp0.safetensors"])
+    finally:
+        shutil.rmtree(top)
 
 
 # --- staging (files/stage.py in the vLLM image) -----------------------------------------------

@@ -25,4 +25,6 @@ done
 echo "compiled and loaded in $(( $(date +%s) - started )) s"
 kill -TERM "$server"
 wait "$server" || true
+# The compile ran as root; the upload container does not: every file readable, every folder listable.
+chmod -R a+rX "$NEURON_COMPILED_ARTIFACTS"
 touch /work/compiled

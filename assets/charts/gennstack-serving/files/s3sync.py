@@ -142,11 +142,15 @@ def push(s3: Any, src: Path, bucket: str, prefix: str, concurrency: int, log: Ca
     # The compile (the model's code, without credentials) wrote src: a link out of it would make this
     # upload, which has credentials, copy another file of its container (its tokens) to S3.
     root = src.resolve()
-    for path in src.rglob("*"):
+    tree = _walk(src)
+    for path in tree:
         if path.is_symlink() and root not in path.resolve().parents:
             raise SyncError(f"refusing to upload {path}: a link to {path.resolve()}, outside {src}")
     remote = listing(s3, bucket, prefix)
-    files = sorted(p for p in src.rglob("*") if p.is_file())
+    files = sorted(p for p in tree if p.is_file())
+    unreadable = [p for p in files if not os.access(p, os.R_OK)]
+    if unreadable:
+        raise SyncError(f"cannot read {len(unreadable)} compiled file(s), e.g. {unreadable[0]}: an incomplete set is never uploaded")
     if not files:
         raise SyncError(f"{src} holds no files: nothing compiled to upload")
     todo = [p for p in files if remote.get(p.relative_to(src).as_posix(), (None,))[0] != p.stat().st_size]
@@ -160,6 +164,19 @@ def push(s3: Any, src: Path, bucket: str, prefix: str, concurrency: int, log: Ca
     s3.put_object(Bucket=bucket, Key=prefix + MARKER, Body=json.dumps(record).encode(), ContentType="application/json")
     _report(log, "pushed", len(todo), len(files), uploaded, time.monotonic() - started, str(src), f"s3://{bucket}/{prefix}")
     return uploaded
+
+
+def _walk(src: Path) -> list[Path]:
+    """Every path under ``src``. Unlike ``Path.rglob``, which skips a directory it cannot list, a
+    directory this process cannot read fails the upload (the compile runs as root and the upload
+    does not: a set with a file left out must never be marked complete)."""
+    def refuse(error: OSError) -> None:
+        raise SyncError(f"cannot list {error.filename}: {error.strerror}; an incomplete set is never uploaded")
+
+    paths: list[Path] = []
+    for folder, dirs, names in os.walk(src, onerror=refuse):
+        paths += [Path(folder) / name for name in dirs + names]
+    return paths
 
 
 def _report(log: Callable[[str], None], verb: str, done: int, total: int, size: int, seconds: float, src: str, dst: str) -> None:
