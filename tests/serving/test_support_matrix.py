@@ -191,7 +191,12 @@ def test_ray_serve_gets_its_own_environment_beside_the_dlcs() -> None:
     assert re.fullmatch(r'/opt/ray/bin/python3 -m pip install --no-cache-dir "ray\[serve\]==\d+\.\d+\.\d+"', commands[1])
     assert "/opt/ray/bin/python3 -m pip check" in commands
     assert "ln -s /opt/ray/bin/ray /opt/ray-bin/ray" in commands
-    assert " -c " not in steps[0] and "pip list" not in steps[0]  # nothing pins Ray to the DLC's packages
+    installs = [c for c in commands if " pip install " in c]
+    assert not any(re.search(r"\s(-c|--constraint)\s", c) for c in installs) and "pip list" not in steps[0]  # nothing pins Ray to the DLC's packages
+    # and the build fails unless the venv's `import ray` is its own, of the version it installed
+    version = re.search(r'ray\[serve\]==(\d+\.\d+\.\d+)', commands[1]).group(1)
+    assert commands[-1].startswith("/opt/ray/bin/python3 -c 'import ray, sys;")
+    assert f'ray.__version__ == "{version}"' in commands[-1] and 'ray.__file__.startswith("/opt/ray/")' in commands[-1]
     assert re.findall(r"^ENV (.*)$", dockerfile, flags=re.MULTILINE) == ["PATH=/opt/ray-bin:$PATH"]
 
 
