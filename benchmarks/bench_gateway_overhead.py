@@ -25,34 +25,17 @@ import csv
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
+
+from gennstack.gateway.cli import wait_http
+from gennstack.gateway.demo import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "gpt-oss-20b"
 TTFT_S, ITL_S = 0.25, 0.04
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(url)
 
 
 def _percentile(values: list[float], p: float) -> float:
@@ -86,18 +69,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    mock_port, gw_port, admin_port = _free_port(), _free_port(), _free_port()
+    mock_port = free_ports(3)  # three consecutive ports below the ephemeral range
+    gw_port, admin_port = mock_port + 1, mock_port + 2
     mock = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "bench", "mock-server", "--port", str(mock_port),
                              "--ttft", str(TTFT_S), "--itl", str(ITL_S), "--model-name", MODEL],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     gateway = None
     try:
-        _wait(f"http://127.0.0.1:{mock_port}/health")
+        wait_http(f"http://127.0.0.1:{mock_port}/health", 60)
         gateway = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(gw_port),
                                     "--admin-port", str(admin_port), "--rate-limit", "0", "--routing", args.routing,
                                     "--endpoint", f"{MODEL}=http://127.0.0.1:{mock_port}/v1"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
-        _wait(f"http://127.0.0.1:{admin_port}/ready")
+        wait_http(f"http://127.0.0.1:{admin_port}/ready", 60)
         sides = {"direct": f"http://127.0.0.1:{mock_port}/v1", "gateway": f"http://127.0.0.1:{gw_port}/v1"}
         pooled = {side: {"ttft_s": [], "itl_s": []} for side in sides}
         with tempfile.TemporaryDirectory() as tmp:
