@@ -23,6 +23,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "preflight": "gennstack.preflight.cli",
     "cost": "gennstack.cost.cli",
     "drill": "gennstack.drill.cli",
+    "config": "gennstack.config_reference",
 }
 
 

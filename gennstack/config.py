@@ -83,15 +83,26 @@ class NetworkConfig(StrictModel):
     """The VPC: address space, zones, egress and private endpoints."""
 
     vpc_cidr: str = "10.0.0.0/16"
+    """The VPC's private (RFC 1918) IPv4 CIDR, /16 to /24; the subnets of every zone must fit in it."""
     az_count: Annotated[int, Field(ge=2, le=6)] = 3
+    """How many availability zones the VPC spans. Spot capacity is per zone: more zones, fewer simultaneous
+    interruptions."""
     availability_zones: tuple[str, ...] | None = None
+    """Exactly az_count zone names of region (only with region); unset: the first az_count zones Fn::GetAZs lists
+    (`gennstack preflight` suggests a set)."""
     nat_gateways: Annotated[int, Field(ge=1, le=6)] = 1
+    """NAT gateways, 1 to az_count: 1 is cheapest, one per zone survives a zone outage."""
     public_subnet_mask: Annotated[int, Field(ge=16, le=28)] = 24
+    """Prefix length of each zone's public subnet."""
     private_subnet_mask: Annotated[int, Field(ge=16, le=28)] = 18
+    """Prefix length of each zone's private subnet; pods get VPC addresses, so these are large."""
     interface_endpoints: tuple[str, ...] = ("ecr.api", "ecr.dkr", "sts", "sqs", "ec2", "logs")
+    """Interface VPC endpoints to create; the allowed names are ecr.api, ecr.dkr, sts, sqs, ec2, logs, eks, eks-auth,
+    ssm, ssmmessages, ec2messages, kms, secretsmanager, elasticloadbalancing, autoscaling, monitoring."""
     # VPC flow logs are always on (to the access-log bucket, Parquet). REJECT logs only rejected
     # traffic: far smaller, still shows blocked connections.
     flow_log_traffic: Literal["ALL", "REJECT"] = "ALL"
+    """What VPC flow logs record (they are always on, to the access-log bucket): ALL, or only REJECTed traffic."""
 
     @field_validator("vpc_cidr")
     @classmethod
@@ -145,13 +156,19 @@ class StorageConfig(StrictModel):
     # retain: buckets (and their KMS key) stay when the stack is deleted. destroy: they are
     # emptied and deleted with the stack (for throwaway test deployments only).
     removal_policy: Literal["retain", "destroy"] = "retain"
+    """retain: the buckets and their KMS key outlive the stack; destroy: emptied and deleted with it (throwaway stacks
+    only)."""
     noncurrent_version_expiry_days: Annotated[int, Field(ge=1, le=3650)] = 30
+    """Days an overwritten or deleted model file stays restorable (noncurrent versions)."""
     # Compile-cache objects expire this many days after upload; 0: never. Keys carry the Neuron
     # SDK version, so old entries belong to SDKs nobody runs any more. (Not null: CDK context
     # drops null values, so "never" needs a number.)
     compile_cache_expiry_days: Annotated[int, Field(ge=0, le=3650)] = 365
+    """Days after upload a Neuron compile-cache object expires: 0 (never) or 30 to 3650."""
     abort_incomplete_upload_days: Annotated[int, Field(ge=1, le=30)] = 2
+    """Days after which an unfinished multipart upload is aborted."""
     access_log_expiry_days: Annotated[int, Field(ge=1, le=3650)] = 365
+    """Days the access-log bucket keeps S3 access logs and flow logs."""
 
 
     @field_validator("compile_cache_expiry_days")
@@ -167,22 +184,33 @@ class ClusterConfig(StrictModel):
 
     # Only versions whose kubectl layer package is installed (see gennstack.versions).
     kubernetes_version: Literal["1.36"] = "1.36"
+    """The EKS Kubernetes minor: the versions gennstack/versions.py has a kubectl layer and pinned add-ons for."""
     # CIDRs allowed to reach the public API endpoint. Empty (the default): the endpoint is
     # private, reachable only from the VPC (and through it, VPN or Direct Connect).
     public_endpoint_cidrs: tuple[str, ...] = ()
+    """IPv4 CIDRs allowed to reach the public API endpoint; empty: the endpoint is private only."""
     # IAM role ARNs granted cluster-admin through EKS access entries.
     admin_role_arns: tuple[str, ...] = ()
+    """IAM role ARNs (with their path, e.g. aws-reserved/sso.amazonaws.com/...) that get cluster-admin through EKS
+    access entries."""
     system_node_instance_types: tuple[str, ...] = ("m7i.large", "m6i.large", "m7a.large")
+    """Instance types of the on-demand system node group: m5, m6a, m6i, m7a or m7i, large to 4xlarge (the smallest
+    sizes the fit check)."""
     # 4: the system pods fit with one node down, every optional one on (gennstack/system_capacity.py).
     system_nodes_min: Annotated[int, Field(ge=2, le=10)] = 4
+    """System nodes; the system pods must fit in one node fewer (synth says what they request)."""
     system_nodes_max: Annotated[int, Field(ge=2, le=20)] = 4
+    """Upper size of the system node group, at least system_nodes_min (nothing autoscales it)."""
     # Days CloudWatch keeps EKS control-plane logs (a CloudWatch Logs retention period).
     control_plane_log_retention_days: Literal[7, 14, 30, 60, 90, 180, 365, 731, 1827, 3653] = 90
+    """Days CloudWatch keeps the EKS control-plane logs (a CloudWatch Logs retention period)."""
     # vCPU limit of Karpenter's general-purpose (CPU) NodePool.
     general_pool_max_vcpu: Annotated[int, Field(ge=0, le=1000)] = 64
+    """vCPU limit of Karpenter's general-purpose (CPU) NodePool."""
     # Default-deny NetworkPolicies in GenNStack's namespaces, then only the flows the system needs
     # (gennstack/network_policy.py, docs/security.md). The VPC CNI enforces them (enableNetworkPolicy).
     network_policies: bool = True
+    """Default-deny NetworkPolicies in GenNStack's namespaces, then only the flows the system needs (docs/security.md)."""
 
     @field_validator("public_endpoint_cidrs")
     @classmethod
@@ -227,8 +255,12 @@ class DrainOn(StrictModel):
 
     # gen1-inf2's Service belongs to KubeRay, which owns its selector (see docs/spot-drills.md).
     inf2: tuple[DrainSignal, ...] = ()
+    """Signals that drain gen1-inf2's serving pods: must stay empty (KubeRay owns gen1-inf2-serve-svc and its
+    selector)."""
     trn2: tuple[DrainSignal, ...] = ("warning",)
+    """Signals that take a gen2-trn2 node's serving pods out of load balancing: rebalance, warning, scheduled_change."""
     g6e: tuple[DrainSignal, ...] = ("rebalance", "warning")
+    """Signals that take a gen3-g6e node's serving pods out of load balancing: rebalance, warning, scheduled_change."""
 
     @model_validator(mode="after")
     def _supported(self) -> DrainOn:
@@ -249,24 +281,34 @@ class InterruptionConfig(StrictModel):
     # Upper bound on each generation's warm spares, whatever the number of interruptions: a
     # zone-wide spot reclaim must not launch a fleet of accelerator nodes.
     warm_spare_cap: Annotated[int, Field(ge=0, le=20)] = 2
+    """Upper bound on each generation's warm spares, whatever the number of interruptions (a zone-wide reclaim must not
+    launch a fleet)."""
     # An interruption counts as active this long after it was recorded.
     record_ttl_seconds: Annotated[int, Field(ge=300, le=86400)] = 1800
+    """How long an interruption counts as active after it was recorded."""
     # Once its instance is gone, an interruption stays active this long, while the replacement loads.
     replacement_grace_seconds: Annotated[int, Field(ge=0, le=7200)] = 900
+    """How long an interruption stays active once its instance is gone, while the replacement loads."""
     # How often the reconciler runs (EventBridge schedule).
     reconcile_every_minutes: Annotated[int, Field(ge=1, le=2)] = 1
+    """How often the reconciler runs (EventBridge schedule)."""
     # EventBridge retries delivery this often and drops (to the dead-letter queue) events older
     # than this: a spot warning is useless after its two minutes, a rebalance a little later.
     retry_attempts: Annotated[int, Field(ge=0, le=10)] = 4
+    """How often EventBridge retries delivering an event to the handler."""
     max_event_age_seconds: Annotated[int, Field(ge=60, le=3600)] = 600
+    """Events older than this go to the dead-letter queue instead of the handler."""
     # Reserved concurrency for the handler; 0 (the default): none, it shares the account's pool.
     # Lambda keeps 100 executions unreserved, so reserving any fails in an account whose
     # concurrency quota is 100 or less (new accounts start at 10); opt in where the quota allows.
     reserved_concurrency: Annotated[int, Field(ge=0, le=100)] = 0
+    """Reserved concurrency of the handler; 0: none (any reservation fails in accounts whose Lambda concurrency quota
+    is 100 or less)."""
     # Which signals take a node's serving pods out of load balancing (docs/spot-drills.md). Draining
     # on a rebalance recommendation trades capacity for safety: it may never become an interruption
     # (routing comes back when the record expires, record_ttl_seconds later, if the node lives).
     drain_on: DrainOn = DrainOn()
+    """Per generation, the signals that take a node's serving pods out of load balancing (docs/spot-drills.md)."""
 
 
 class GenNStackConfig(StrictModel):
@@ -274,9 +316,13 @@ class GenNStackConfig(StrictModel):
 
     # null account/region: an environment-agnostic stack (deployable to any account/region).
     account: str | None = None
+    """12-digit AWS account id to pin the stack to; unset: an environment-agnostic stack deployable anywhere."""
     region: str | None = None
+    """AWS region name to pin the stack to; unset: the CLI's region at deploy time."""
     cluster_name: str = "gennstack"
+    """EKS cluster name (letters, digits, -), also the karpenter.sh/discovery tag value."""
     tags: dict[str, str] = Field(default_factory=lambda: {"project": "gennstack"})
+    """Tags on every resource (keys may not start with aws:)."""
     cluster: ClusterConfig = ClusterConfig()
     network: NetworkConfig = NetworkConfig()
     storage: StorageConfig = StorageConfig()

@@ -20,9 +20,13 @@ class ConfigError(ValueError):
 
 
 class StrictModel(BaseModel):
-    """Frozen, strict (no type coercion), and unknown keys are errors. Base of every config section."""
+    """Frozen, strict (no type coercion), and unknown keys are errors. Base of every config section.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    A field's meaning is the docstring right under it (``use_attribute_docstrings``: pydantic makes
+    it the field's description), which docs/reference/config.md shows beside its type and default.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True)
 
 
 class FieldError(ValueError):

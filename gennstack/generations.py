@@ -30,17 +30,28 @@ class GenerationConfig(StrictModel):
     """
 
     enabled: bool = True
+    """Whether this generation is deployed; at least one generation must stay enabled."""
     model_id: str
+    """Hugging Face repo id of the model it serves, one whose shape gennstack/serving/capacity.py knows (memory is
+    computed from it)."""
     model_revision: str = "main"
+    """Commit, tag or branch of model_id; pin a commit for production (`gennstack summary` warns about a branch or tag,
+    staging fails when one moves)."""
     instance_types: tuple[str, ...]
+    """Instance types of the generation's family that gennstack/instances.py knows, for its NodePools."""
     # Karpenter NodePool limit; each node is one of instance_types.
     max_nodes: Annotated[int, Field(ge=0, le=100)] = 4
+    """Node limit of each of the generation's NodePools (spot, on-demand, reserved); their CPU, memory and accelerator
+    limits are this times the largest type."""
     # Spot first; on-demand only as a lower-weight fallback NodePool when true.
     on_demand_fallback: bool = True
+    """Whether an on-demand NodePool (lower weight) backs up the spot one."""
     # On-Demand Capacity Reservations or Capacity Blocks for ML (cr-...) of instance_types that
     # this generation uses before spot: a third NodePool (capacity type "reserved"). trn2 is in
     # many regions only to be had this way.
     capacity_reservation_ids: tuple[str, ...] = ()
+    """On-Demand Capacity Reservation or Capacity Block ids (cr- and 17 hex digits) of instance_types: a
+    <pool>-reserved NodePool used before spot."""
 
     @field_validator("model_id")
     @classmethod

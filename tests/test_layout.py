@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "gennstack.preflight.cli",
     "gennstack.drill.cli",
     "gennstack.gateway.cli",
+    "gennstack.config_reference",
 )
 
 

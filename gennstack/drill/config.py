@@ -22,10 +22,14 @@ class DrillsConfig(StrictModel):
 
     # Off by default: the templates can interrupt real serving nodes.
     enabled: bool = False
+    """Create AWS FIS spot-interruption experiment templates for every enabled generation (docs/spot-drills.md); off by
+    default, since they interrupt real serving nodes."""
     # Templates exist for 1 .. max_nodes nodes per generation (FIS fixes a template's COUNT(n)).
     max_nodes: Annotated[int, Field(ge=1, le=MAX_DRILL_NODES)] = 2
+    """Templates exist for interrupting 1 to this many spot nodes at once (`gennstack drill --nodes`)."""
     # durationBeforeInterruption: minutes from the experiment's start to the reclaim. Above 2, EC2
     # sends a rebalance recommendation at the start and the two-minute warning later.
     minutes_before_interruption: Annotated[
         int, Field(ge=MIN_MINUTES_BEFORE_INTERRUPTION, le=MAX_MINUTES_BEFORE_INTERRUPTION)
     ] = 4
+    """FIS durationBeforeInterruption: above 2, a rebalance recommendation comes first, the two-minute warning later."""

@@ -83,8 +83,11 @@ class ModelBackend(StrictModel):
     """A model name and the server that serves it (one Service in ``serving_namespace``)."""
 
     generation: Generation
+    """The generation (inf2, trn2, g6e) whose model server serves this model."""
     service: str
+    """The serving Service in serving_namespace the gateway sends this model's requests to."""
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    """That Service's port."""
 
     @field_validator("service")
     @classmethod
@@ -98,10 +101,13 @@ class AliasTarget(StrictModel):
     """One backend of an alias: a model name from ``models``, its share and its failover order."""
 
     model: str
+    """A model name of gateway.models this alias sends to."""
     # Share of the alias's traffic among the targets of the same priority (relative, like Envoy's).
     weight: Annotated[int, Field(ge=0, le=1000)] = 1
+    """Share of the alias's traffic among the targets of the same priority (relative, like Envoy's weights)."""
     # 0 serves; a higher number takes over only when every target of the lower numbers fails.
     priority: Annotated[int, Field(ge=0, le=7)] = 0
+    """0 serves; a higher number takes over only when every target of the lower numbers fails."""
 
 
 class ResilienceConfig(StrictModel):
@@ -110,10 +116,13 @@ class ResilienceConfig(StrictModel):
     # Retries after the first attempt (each may go to another backend: connect failures,
     # resets and the status codes below).
     retries: Annotated[int, Field(ge=0, le=10)] = 3
+    """Retries after the first attempt, each possibly on another backend (connect failures, resets, retry_on_status)."""
     # Attempts at one priority before the next priority is tried (Envoy's previous_priorities):
     # 2 keeps the first retry at the same priority, on another server (previous_hosts).
     attempts_per_priority: Annotated[int, Field(ge=1, le=10)] = 2
+    """Attempts at one priority before the next priority is tried (Envoy's previous_priorities)."""
     retry_on_status: tuple[int, ...] = (502, 503, 504)
+    """Backend HTTP statuses that are retried."""
     # No byte from a server for this long: the attempt is stuck. Envoy resets it (the AI Gateway makes
     # the rule's streamIdleTimeout Envoy's per-try idle timeout) and counts a failure against the server;
     # before the first byte that is a retry on another server, after it the client sees the stream end
@@ -123,25 +132,36 @@ class ResilienceConfig(StrictModel):
     # At most STREAM_IDLE_MAX_S: while an attempt is silent the client's connection is silent too, and
     # the NLB closes a connection idle for 350 s (NLB_IDLE_TIMEOUT_S).
     stream_idle_timeout_s: Annotated[int, Field(ge=1)] = 300
+    """No byte from a server for this long: the attempt is reset and counted as the server's failure; it must outlast
+    the longest non-streaming answer and stay under the NLB's 350 s idle timeout."""
     # Whole request, streaming included (long generations take minutes); also bounds each attempt,
     # since Envoy's per-try timeout covers the whole response and must not cut a long stream.
     request_timeout_s: Annotated[int, Field(ge=1, le=86400)] = 900
+    """Timeout of a whole request, streaming included (also each attempt's)."""
     health_path: str = "/health"
+    """Path of the active health check on every model server."""
     health_interval_s: Annotated[int, Field(ge=1, le=300)] = 5
+    """Seconds between active health checks."""
     unhealthy_threshold: Annotated[int, Field(ge=1, le=10)] = 2
+    """Failed health checks in a row that take a server out."""
     healthy_threshold: Annotated[int, Field(ge=1, le=10)] = 1
+    """Passed health checks in a row that bring it back."""
     # Passive health checking (outlier ejection).
     consecutive_5xx: Annotated[int, Field(ge=1, le=100)] = 5
+    """5xx answers in a row that eject a server (passive health checking)."""
     consecutive_gateway_errors: Annotated[int, Field(ge=1, le=100)] = 3
+    """502/503/504 answers in a row that eject a server."""
     # Resets, connect failures and silent attempts in a row (Envoy's local-origin failures) that eject a
     # server: at least 2, so that one request written onto a connection the server was closing (a
     # keep-alive race) never ejects a healthy server.
     consecutive_local_origin_failures: Annotated[int, Field(ge=1, le=100)] = 3
+    """Resets, connect failures and silent attempts in a row that eject a server."""
     # How long every ejection lasts, the first and each repeat alike (Envoy's max_ejection_time is set
     # to it, so its backoff never makes a repeat longer). It is also the longest a model's last
     # healthy server can be out: Envoy's ejection cap counts unhealthy servers too (docs/gateway.md,
     # "What counts against a server").
     base_ejection_time_s: Annotated[int, Field(ge=1, le=3600)] = 10
+    """How long every ejection lasts, the first and each repeat alike."""
 
     @field_validator("retry_on_status")
     @classmethod
@@ -182,10 +202,13 @@ class RateLimitConfig(StrictModel):
     client id the API-key check forwards; tokens are counted by the AI Gateway (``llmRequestCosts``)."""
 
     enabled: bool = True
+    """Per-client rate limits (one budget across every model and alias, on the gateway's Redis)."""
     # Total (input + output) tokens per client per hour; 0: no token limit.
     tokens_per_hour: Annotated[int, Field(ge=0, le=10**12)] = 2_000_000
+    """Total (input + output) tokens per client per hour; 0: no token limit."""
     # Requests per client per minute; 0: no request limit.
     requests_per_minute: Annotated[int, Field(ge=0, le=10**7)] = 600
+    """Requests per client per minute; 0: no request limit."""
 
 
 # What a backend's answer means, for `fallback_on`, and the upstream status it arrives as: vLLM
@@ -205,14 +228,18 @@ class LoadBalancerConfig(StrictModel):
 
     # internal: reachable from the VPC (and peered networks) only.
     scheme: Literal["internal", "internet-facing"] = "internal"
+    """internal: reachable from the VPC (and peered networks) only; internet-facing needs allowed_cidrs."""
     # ACM certificate (for a name clients already trust): the NLB terminates TLS on 443 with it and
     # re-encrypts to Envoy. Optional, internet-facing included: without it clients trust the gateway's CA.
     certificate_arn: str | None = None
+    """An ACM certificate ARN: TLS ends at the NLB with it, re-encrypted to Envoy; unset: TLS passes through to Envoy,
+    which serves the gateway's own certificate."""
     # Client CIDRs allowed through the NLB's security group; empty: the VPC's CIDR for internal
     # (the stack writes it: the AWS Load Balancer Controller v3.5.0 itself would open 0.0.0.0/0,
     # pkg/service/model_build_managed_sg.go buildCIDRsFromSourceRanges, so anything routed into the
     # VPC, peering, transit gateway, VPN, would reach 443); internet-facing must set it.
     allowed_cidrs: tuple[str, ...] = ()
+    """Client CIDRs let through the NLB's security group; empty (internal only): the VPC's CIDR."""
 
     @field_validator("certificate_arn")
     @classmethod
@@ -280,6 +307,8 @@ class TlsConfig(StrictModel):
     # Extra DNS names in the server certificate, e.g. a Route 53 alias of the NLB (llm.example.com)
     # or a wildcard ('*.llm.example.com'); matched case-insensitively, stored lowercase.
     hostnames: tuple[str, ...] = ()
+    """Up to 20 more DNS names in the gateway's own certificate (a Route 53 alias of the NLB; *. wildcards); it always
+    holds the NLB's and the in-cluster names."""
 
     @field_validator("hostnames", mode="before")
     @classmethod
@@ -307,16 +336,22 @@ class LangfuseConfig(StrictModel):
     """Traces to Langfuse over OTLP/HTTP from the AI Gateway's external processor. Off by default."""
 
     enabled: bool = False
+    """Send per-request traces to Langfuse over OTLP."""
     # Langfuse's OTLP endpoint (cloud EU shown; US: https://us.cloud.langfuse.com/api/public/otel,
     # self-hosted: https://<host>/api/public/otel).
     endpoint: str = "https://cloud.langfuse.com/api/public/otel"
+    """Langfuse's OTLP endpoint (cloud EU by default; US: https://us.cloud.langfuse.com/api/public/otel, self-hosted:
+    https://<host>/api/public/otel)."""
     # Secrets Manager secret (name) holding JSON {"public_key": "pk-lf-...", "secret_key": "sk-lf-..."}.
     secret_name: SecretName | None = None
+    """Secrets Manager secret (name) holding JSON {"public_key": "pk-lf-...", "secret_key": "sk-lf-..."}."""
     # Fraction of requests traced.
     sample_ratio: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Fraction of requests traced."""
     # Record prompts and completions in the traces. Off: the AI Gateway redacts them
     # (OpenInference OPENINFERENCE_HIDE_INPUTS/OUTPUTS); traces keep model, tokens and latency.
     record_content: bool = False
+    """Record prompts and completions in the traces; off: they are redacted, traces keep model, tokens and latency."""
 
     @field_validator("endpoint")
     @classmethod
@@ -357,16 +392,21 @@ class RoutingConfig(StrictModel):
     # gen1 (one Ray Serve Service: see PREFIX_ROUTABLE).
     generations: dict[Generation, RoutingMode] = Field(
         default_factory=lambda: {"inf2": "least_request", "trn2": "least_request", "g6e": "prefix"})
+    """Per generation, how the gateway picks a server: prefix (consistent hash on the prompt's leading messages, with
+    bounded load) or least_request."""
     # Bytes of the prompt's text (the leading messages up to and including the first user message,
     # as decoded strings) that make the key: requests that agree on these bytes share a server.
     # 1024 bytes are ~250 tokens: a longer shared system prompt puts all its users on one server;
     # with a shorter one, each conversation is keyed by its first user message too.
     prefix_bytes: Annotated[int, Field(ge=16, le=65536)] = 1024
+    """Bytes of the prompt's leading messages (up to the first user message) that make the prefix key."""
     # Envoy's consistent_hashing_lb_config.hash_balance_factor: a server with more in-flight requests
     # than this % of the mean (plus the rounding envoy_common.bounded_load_slots computes) is skipped
     # for the next one in the key's probe order. 100-1000; Envoy Gateway v1.8.3 has no field for it,
     # the chart patches it in.
     hash_balance_factor: Annotated[int, Field(ge=100, le=1000)] = 125
+    """Bounded load: a server with more in-flight requests than this % of the mean is skipped for the key's next one
+    (Envoy's hash_balance_factor)."""
 
     @field_validator("generations")
     @classmethod
@@ -405,31 +445,42 @@ class GatewayConfig(StrictModel):
 
     # Namespace of the project chart (Gateway, routes, policies, Redis).
     namespace: str = "gennstack-gateway"
+    """Namespace of the gateway chart (Gateway, routes, policies, Redis)."""
     # Namespace of the model servers' Services (the serving chart's).
     serving_namespace: str = "gennstack-serving"
+    """Namespace of the model servers' Services (the serving chart's)."""
     models: dict[str, ModelBackend] = Field(default_factory=default_models)
+    """The model names clients can ask for, each mapped to the serving Service that serves it."""
     aliases: dict[str, tuple[AliasTarget, ...]] = Field(default_factory=lambda: dict(_DEFAULT_ALIASES))
+    """Model names that split or fail over across models by weight and priority (gennstack-default: 80/20 with a
+    fallback)."""
     # Per model: other model names that take over, in order, when it fails (priority 1, 2, ...).
     fallbacks: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Per model: other model names that take over, in order, when it fails (priority 1, 2, ...)."""
     # Per model or alias: backend answers that also move the request to the next backend, beyond
     # connect failures, resets and retry_on_status: rate_limited (429), context_length (400).
     fallback_on: dict[str, tuple[FallbackReason, ...]] = Field(default_factory=dict)
+    """Per model or alias: backend answers that also move the request on: rate_limited (429), context_length (400)."""
     resilience: ResilienceConfig = ResilienceConfig()
     rate_limit: RateLimitConfig = RateLimitConfig()
     # Largest request body (long prompts); Envoy Gateway's default of 32 KiB is far too small. 8 MiB holds
     # a 1M-token prompt of English text (about 4 MiB) with room for JSON; every proxy buffers up to this much
     # per request before any rate limit applies, so a larger limit is memory and parsing one API key can spend.
     max_request_mib: Annotated[int, Field(ge=1, le=512)] = 8
+    """Largest request body in MiB; every proxy buffers up to this much per request."""
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     # HTTPS on 443 with the chart's own CA (docs/gateway.md "Calling it").
     tls: TlsConfig = TlsConfig()
     # Secrets Manager secret (name) with the client API keys as JSON {"client-id": "key", ...}.
     # Unset: the stack creates one with a generated key for client "default".
     api_keys_secret_name: SecretName | None = None
+    """Secrets Manager secret (name) with the client API keys as JSON {"client-id": "key"}; unset: the stack creates
+    one with a generated key for client default."""
     langfuse: LangfuseConfig = LangfuseConfig()
     # Prefix-aware routing per generation (docs/gateway.md, "Prefix-aware routing").
     routing: RoutingConfig = RoutingConfig()
     envoy_replicas: Annotated[int, Field(ge=1, le=20)] = 2
+    """Envoy proxy replicas (on the system nodes, 510m CPU each in the fit check)."""
 
     @field_validator("namespace", "serving_namespace")
     @classmethod

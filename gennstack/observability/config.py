@@ -35,20 +35,27 @@ class AlertsConfig(StrictModel):
 
     # Time to first token, 95th percentile at the gateway, per model: above this for 10 minutes alerts.
     ttft_p95_slo_seconds: Annotated[float, Field(gt=0, le=600)] = 2.0
+    """Time to first token, 95th percentile at the gateway per model: above this for 10 minutes alerts."""
     # Share of requests that fail (gateway 5xx and AI Gateway errors), per model, over 5 minutes.
     error_rate: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    """Share of requests that fail (gateway 5xx and AI Gateway errors) per model over 5 minutes that alerts."""
     # vLLM's KV-cache use (0-1) at or above this for 5 minutes: the server is out of KV cache.
     kv_cache_full: Annotated[float, Field(gt=0, le=1)] = 0.98
+    """vLLM's KV-cache use (0-1) at or above this for 5 minutes alerts."""
     # Accelerator pods Pending longer than this alert.
     pending_pod_minutes: Annotated[int, Field(ge=1, le=1440)] = 15
+    """Accelerator pods Pending longer than this alert."""
 
 
 class ManagedPrometheusConfig(StrictModel):
     """Optional remote write of every sample to Amazon Managed Service for Prometheus."""
 
     enabled: bool = False
+    """Remote write to Amazon Managed Service for Prometheus (SigV4, a Pod Identity role that may only write to that
+    workspace)."""
     # An existing workspace's ARN; null: the stack creates one.
     workspace_arn: str | None = None
+    """An existing workspace's ARN; unset: the stack creates one."""
 
     @field_validator("workspace_arn")
     @classmethod
@@ -76,15 +83,22 @@ class ReceiverConfig(StrictModel):
     """
 
     name: str
+    """The receiver's name in Alertmanager."""
     type: Literal["sns", "webhook", "slack", "pagerduty"]
+    """Where alerts go: an SNS topic, a webhook, Slack or PagerDuty."""
     # critical alerts page; warning alerts only go to receivers that list "warning".
     severities: tuple[Literal["critical", "warning"], ...] = ("critical",)
+    """Severities it receives: critical alerts page; warning alerts go only to receivers that list warning."""
     topic_arn: str | None = None
+    """sns only: the topic Alertmanager publishes to."""
     secret_name: str | None = None
+    """webhook, slack, pagerduty: the Secrets Manager secret (name) with the bearer token, webhook URL or routing key."""
     # webhook only: the endpoint Alertmanager POSTs to (the secret is the bearer token).
     url: str | None = None
+    """webhook only: the endpoint Alertmanager POSTs to."""
     # slack only: the channel, when the incoming webhook is not bound to one.
     channel: str | None = None
+    """slack only: the channel, when the incoming webhook is not bound to one."""
 
     @field_validator("name")
     @classmethod
@@ -142,21 +156,29 @@ class MonitoringConfig(StrictModel):
     # Prometheus' persistent volume (gp3, encrypted) and how long it keeps samples. Prometheus
     # also deletes the oldest blocks once the TSDB reaches 90 % of the volume (retentionSize).
     prometheus_storage_gib: Annotated[int, Field(ge=10, le=16384)] = 100
+    """Prometheus' persistent volume (gp3, encrypted); it also deletes the oldest blocks at 90% of it."""
     retention_days: Annotated[int, Field(ge=1, le=3650)] = 15
+    """How long Prometheus keeps samples."""
     alertmanager_storage_gib: Annotated[int, Field(ge=1, le=1024)] = 5
+    """Alertmanager's persistent volume."""
     grafana_storage_gib: Annotated[int, Field(ge=1, le=1024)] = 10
+    """Grafana's persistent volume."""
     # Where Prometheus, Alertmanager, Grafana, kube-state-metrics, the operator and YACE run.
     # on-demand: on-demand nodes of Karpenter's general pool, which grows with their requests.
     # system: the fixed-size system node group (4 x m7i.large by default); synth checks it has room (gennstack/system_capacity.py).
     placement: Literal["system", "on-demand"] = "on-demand"
+    """Where the monitoring pods run: on-demand nodes of Karpenter's general pool, or the system node group (synth
+    checks it has room)."""
     alerts: AlertsConfig = AlertsConfig()
     managed_prometheus: ManagedPrometheusConfig = ManagedPrometheusConfig()
     # USD per node-hour by instance type and capacity type, for the cost dashboard:
     # {"g6e.2xlarge": {"on-demand": 2.24, "spot": 0.9}}. Nodes of types not listed cost 0 there.
     hourly_prices: dict[str, dict[Literal["on-demand", "spot", "reserved"], Annotated[float, Field(ge=0, le=10000)]]] = Field(
         default_factory=dict)
+    """USD per node-hour by instance type and capacity type, for the cost dashboard; types not listed cost 0 there."""
     # Alertmanager's receivers (ReceiverConfig). None: every alert stays in Alertmanager's UI.
     receivers: tuple[ReceiverConfig, ...] = ()
+    """Alertmanager's receivers; none: every alert stays in Alertmanager's UI."""
 
     @field_validator("hourly_prices")
     @classmethod

@@ -82,30 +82,42 @@ class _ModelServer(StrictModel):
 
     # The model name clients send (OpenAI `model` field) and the gateway routes on.
     served_model_name: str
+    """The model name clients send (the OpenAI `model` field) and the gateway routes on."""
     # Longest prompt + completion in tokens (vLLM --max-model-len). On Neuron it is compiled in.
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)]
+    """Longest prompt plus completion in tokens (vLLM --max-model-len); compiled in on Neuron."""
     # Most sequences one replica runs at once (vLLM --max-num-seqs; the compiled batch size on Neuron).
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)]
+    """Most sequences one replica runs at once (vLLM --max-num-seqs; the compiled batch size on Neuron); the layout
+    must fit the accelerator's memory."""
     # Warm spares: replicas of a low-priority Deployment shaped like one serving replica, which
     # stage the model onto their node and idle. The spot-interruption handler scales them.
     warm_spare_replicas: Replicas = 0
+    """Warm spares: idle replicas of a low-priority Deployment shaped like one serving replica, which stage the model
+    onto their node; the interruption handler scales them."""
     # A full image reference that replaces the chart's pinned default for this generation.
     image: str | None = None
+    """A full image reference that replaces the chart's pinned default for this generation."""
     # Autoscaling (docs/autoscaling.md): serving replicas between min_replicas and max_replicas,
     # aiming at target_ongoing_requests in-flight requests (running + queued) per replica. gen1
     # (Ray Serve) and gen2/gen3 (KEDA + HPA on vLLM's metrics) read the same keys.
     min_replicas: ServingReplicas = 1
+    """Fewest serving replicas (no scale to zero)."""
     max_replicas: ServingReplicas = 2
+    """Most serving replicas; the generation's NodePool limits (max_nodes) must admit them in the worst case."""
     # Unset: 80% of max_num_seqs, rounded down (_default_target), so the target follows the batch
     # size; the 1 here stands only when max_num_seqs itself is invalid and already reported.
     target_ongoing_requests: Annotated[int, Field(ge=1, le=1024)] = 1
+    """In-flight requests (running + queued) per replica the autoscaler aims at; unset: 80% of max_num_seqs."""
     # Load must stay above target this long before replicas are added (HPA
     # scaleUp.stabilizationWindowSeconds; Ray Serve upscale_delay_s). 60: longer than one 30 s
     # Prometheus scrape, so a blip one scrape sees adds nothing (tests/autoscaling).
     scale_up_delay_seconds: Annotated[int, Field(ge=0, le=3600)] = 60
+    """How long load must stay above target before replicas are added."""
     # Load must stay below what fewer replicas could carry for this long before one is removed (HPA
     # scaleDown.stabilizationWindowSeconds; Ray Serve downscale_delay_s). At most 3600 (the HPA's cap).
     scale_down_delay_seconds: Annotated[int, Field(ge=0, le=3600)] = 600
+    """How long load must stay below what fewer replicas carry before one is removed (at most 3600, the HPA's cap)."""
 
     @field_validator("min_replicas", "max_replicas")
     @classmethod
@@ -163,10 +175,14 @@ class Inf2Serving(_ModelServer):
     """gen1-inf2: Llama 3 70B Instruct with Ray Serve + vLLM (NxD Inference) on inf2.48xlarge."""
 
     served_model_name: str = "llama-3-70b-instruct"
+    """The model name clients send (the OpenAI `model` field) and the gateway routes on."""
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 8192
+    """Longest prompt plus completion in tokens (vLLM --max-model-len); compiled in on Neuron."""
     # 20: at TP 24 and 8192 tokens each sequence's KV cache takes 0.34 GB per NeuronCore; 24 would
     # fit next to 6.22 GB of weights and the runtime reserve, 20 leaves 1.47 GB spare.
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 20
+    """Most sequences one replica runs at once (vLLM --max-num-seqs; the compiled batch size on Neuron); the layout
+    must fit the accelerator's memory."""
     # Ray Serve autoscaling: replicas (one per inf2.48xlarge) between min_replicas (1) and
     # max_replicas (2), aiming at 16 in-flight requests per replica (80% of the 20 it batches).
     # Tensor parallelism over NeuronCores. 24, all of an inf2.48xlarge: NxD Inference pads the
@@ -174,9 +190,13 @@ class Inf2Serving(_ModelServer):
     # core idles (8 idle cores are a third of the node's price). Which degrees fit, and how many
     # sequences, is computed per NeuronCore by gennstack.serving.capacity for the model served.
     tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 24
+    """Tensor parallelism over the node's NeuronCores; gennstack.serving.capacity checks it fits and how many sequences
+    do."""
     # Neuron release of `image` when its tag names none (`-sdk<x.y.z>-`); unset: the tag's, else
     # the support matrix's (gennstack/serving/support.py). It keys the compiled artifacts.
     neuron_release: NeuronRelease | None = None
+    """Neuron release of image when its tag names none (-sdk<x.y.z>-); unset: the tag's, else the support matrix's
+    (gennstack/serving/support.py). It keys the compiled artifacts."""
 
 
     @model_validator(mode="after")
@@ -189,26 +209,39 @@ class Trn2Serving(_ModelServer):
     """gen2-trn2: Llama 4 Maverick (17B active, 128 experts, BF16) with vLLM (NxD Inference) on trn2.48xlarge."""
 
     served_model_name: str = "llama-4-maverick"
+    """The model name clients send (the OpenAI `model` field) and the gateway routes on."""
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 8192
+    """Longest prompt plus completion in tokens (vLLM --max-model-len); compiled in on Neuron."""
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 16
+    """Most sequences one replica runs at once (vLLM --max-num-seqs; the compiled batch size on Neuron); the layout
+    must fit the accelerator's memory."""
     # Deployment replicas, one per trn2.48xlarge, scaled by KEDA between min and max. A new replica
     # loads ~800 GB (up to an hour), so scale-down waits 30 minutes of low load.
     scale_down_delay_seconds: Annotated[int, Field(ge=0, le=3600)] = 1800
+    """How long load must stay below what fewer replicas carry before one is removed; 1800 on trn2, whose replica takes
+    up to an hour to load."""
     # Tensor parallelism over the 64 logical NeuronCores: attention, dense and MoE layers split 64
     # ways (Maverick is ~801 GB in BF16; 32 cores hold 768 GB, too little). NxD Inference's Llama 4
     # guide runs text TP 64 with context parallelism 16 and the vision encoder at TP 16 x DP 4;
     # it documents no expert parallelism for Llama 4, so GenNStack sets none.
     tensor_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 64
+    """Tensor parallelism of the text model over the 64 logical NeuronCores."""
     # Context parallelism of the text model's prefill attention (NxD Inference cp_degree).
     context_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 16
+    """Context parallelism of the text model's prefill attention (NxD Inference cp_degree)."""
     # The vision encoder's TP degree; it runs data parallel over the rest (64 / 16 = DP 4).
     vision_tensor_parallel_size: Annotated[int, Field(ge=1, le=TRN2_LOGICAL_CORES)] = 16
+    """Tensor parallelism of the vision encoder, which runs data parallel over the rest (64 / 16 = DP 4)."""
     # Shard the checkpoint once, in the compile Job, into the compiled artifacts (one safetensors
     # file per rank, about the weights' size again), so serving pods load shards instead of
     # re-sharding ~800 GB at every start.
     save_sharded_checkpoint: bool = True
+    """Shard the checkpoint once, in the compile Job, into the compiled artifacts, so serving pods load shards instead
+    of re-sharding at every start."""
     # Neuron release of `image` when its tag names none; see Inf2Serving.neuron_release.
     neuron_release: NeuronRelease | None = None
+    """Neuron release of image when its tag names none (-sdk<x.y.z>-); unset: the tag's, else the support matrix's
+    (gennstack/serving/support.py). It keys the compiled artifacts."""
 
     @model_validator(mode="after")
     def _release(self) -> Trn2Serving:
@@ -234,21 +267,30 @@ class G6eServing(_ModelServer):
     """gen3-g6e: GPT-OSS 20B (MXFP4) with vLLM on NVIDIA L40S (g6e)."""
 
     served_model_name: str = "gpt-oss-20b"
+    """The model name clients send (the OpenAI `model` field) and the gateway routes on."""
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 32768
+    """Longest prompt plus completion in tokens (vLLM --max-model-len); compiled in on Neuron."""
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 64
+    """Most sequences one replica runs at once (vLLM --max-num-seqs; the compiled batch size on Neuron); the layout
+    must fit the accelerator's memory."""
     # Deployment replicas, scaled by KEDA between min and max; several fit on one multi-GPU node (a
     # g6e.12xlarge runs 4 at 1 GPU each).
     min_replicas: ServingReplicas = 2
+    """Fewest serving replicas (no scale to zero); several fit on one multi-GPU node."""
     max_replicas: ServingReplicas = 6
+    """Most serving replicas; the generation's NodePool limits (max_nodes) must admit them in the worst case."""
     # GPUs per replica, which is vLLM's tensor-parallel size. 1: GPT-OSS 20B in MXFP4 needs ~16 GB,
     # one 48 GB L40S holds it with room for the KV cache, and L40S has no NVLink, so splitting a
     # replica across GPUs only adds PCIe traffic. 4 is the original `--tensor-parallel-size 4`.
     gpus_per_replica: int = 1
+    """GPUs per replica, vLLM's tensor-parallel size: 1 (GPT-OSS 20B fits one L40S) or 4 (the original TP 4 layout)."""
     # Share of each GPU's memory vLLM may use (weights + KV cache).
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.95)] = 0.9
+    """Share of each GPU's memory vLLM may use (weights + KV cache)."""
     # vLLM's tool-call parser (--tool-call-parser, with --enable-auto-tool-choice): "openai" is
     # GPT-OSS's; None turns tool calling off. Change it with generations.g6e.model_id.
     tool_call_parser: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] | None = "openai"
+    """vLLM's tool-call parser (--tool-call-parser, with --enable-auto-tool-choice); unset turns tool calling off."""
 
     @field_validator("gpus_per_replica")
     @classmethod
@@ -263,9 +305,12 @@ class ServingConfig(StrictModel):
 
     # Kubernetes namespace of the model servers, their Services, warm spares and staging Jobs.
     namespace: str = "gennstack-serving"
+    """Kubernetes namespace of the model servers, their Services, warm spares and staging Jobs."""
     # Render the staging (Hugging Face -> models bucket) and Neuron compile Jobs. Turn on for the
     # deploy that stages a new model or revision, then off: compile Jobs hold on-demand accelerators.
     staging: bool = False
+    """Render the staging (Hugging Face -> models bucket) and Neuron compile Jobs: on for the deploy that stages a
+    model or revision, then off."""
     inf2: Inf2Serving = Inf2Serving()
     trn2: Trn2Serving = Trn2Serving()
     g6e: G6eServing = G6eServing()

@@ -48,41 +48,61 @@ class MultiNodeServing(StrictModel):
     # Off by default: nothing of it renders, the LWS controller is not installed, the config it
     # records is the default's.
     enabled: bool = False
+    """Serve one extra model whose replicas span several nodes (LeaderWorkerSet groups); off: nothing of it is
+    synthesized."""
     # The generation whose NodePool (and spot-first capacity) the groups run on. GPU only.
     generation: Literal["inf2", "trn2", "g6e"] = "g6e"
+    """The generation whose NodePool (spot first) the groups run on; GPU only (g6e)."""
     model_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")] = _SCOUT
+    """Hugging Face repo id of the multi-node model."""
     # A commit hash, tag or branch (part of the models bucket's keys, like generations.<name>.model_revision).
     model_revision: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")] = "main"
+    """Commit, tag or branch of model_id (part of the models bucket's keys)."""
     served_model_name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")] = "llama-4-scout"
+    """The model name clients send and the gateway routes on."""
     # Every member's instance type: one pod per node takes all its GPUs. It must be one of the
     # generation's instance_types (its NodePool launches it).
     instance_type: str = "g6e.12xlarge"
+    """Every member's instance type, one of the generation's instance_types; one pod per node takes all its GPUs."""
     # Pods (nodes) per replica: the LWS group size.
     nodes_per_replica: Annotated[int, Field(ge=2, le=8)] = 2
+    """Pods (nodes) per replica: the LeaderWorkerSet group size."""
     # vLLM --tensor-parallel-size: inside one node, so the instance type's GPU count (PCIe only on
     # L40S: tensor parallelism across nodes would put every layer's all-reduce on the network).
     tensor_parallel_size: Annotated[int, Field(ge=1, le=8)] = 4
+    """vLLM --tensor-parallel-size inside one node: the instance type's GPU count."""
     # vLLM --pipeline-parallel-size: one stage per node, so nodes_per_replica.
     pipeline_parallel_size: Annotated[int, Field(ge=2, le=8)] = 2
+    """vLLM --pipeline-parallel-size: one stage per node, so nodes_per_replica."""
     # Groups (replicas). A fixed count: KEDA does not scale groups yet (docs/serving.md).
     replicas: Annotated[int, Field(ge=1, le=20)] = 1
+    """Groups (replicas); a fixed count."""
     # Warm-spare groups at rest (the LeaderWorkerSet <pool>-multinode-warm-spare, nodes_per_replica
     # idle members each, preempted whole by a serving group); the interruption handler adds one per
     # group with a doomed member, up to interruptions.warm_spare_cap. 0: none until an interruption.
     warm_spare_replicas: Annotated[int, Field(ge=0, le=20)] = 0
+    """Idle warm-spare groups at rest; the interruption handler adds one per group with an interrupted member, up to
+    interruptions.warm_spare_cap."""
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] = 32768
+    """Longest prompt plus completion in tokens (vLLM --max-model-len)."""
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] = 16
+    """Most sequences one group runs at once (vLLM --max-num-seqs)."""
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.95)] = 0.9
+    """Share of each GPU's memory vLLM may use (weights + KV cache)."""
     # How long the leader may take from its start to vLLM's /health (the startup probe): the Ray
     # group forming, ~217 GB streamed from S3 over two nodes, CUDA graphs. The cold-start budget.
     startup_timeout_seconds: Annotated[int, Field(ge=300, le=7200)] = 2400
+    """How long the leader may take from its start to vLLM's /health (its startup probe)."""
     # How long the leader waits for every member to join its Ray cluster before it gives up (and
     # LWS recreates the group).
     group_timeout_seconds: Annotated[int, Field(ge=60, le=3600)] = 900
+    """How long the leader waits for every member to join its Ray cluster before it gives up (and LWS recreates the
+    group)."""
     # A full image reference of vLLM with Ray (the leader starts a Ray head, vLLM's Ray executor
     # drives the pipeline). Unset: CDK builds assets/images/g6e-vllm-ray, the chart's vLLM image
     # plus Ray (vllm/vllm-openai has none). ServingConfig checks it is pinned, as every image.
     image: str | None = None
+    """A full, pinned image reference of vLLM with Ray; unset: CDK builds assets/images/g6e-vllm-ray."""
 
     @model_validator(mode="after")
     def _layout(self) -> MultiNodeServing:
