@@ -138,3 +138,11 @@ CHARTS: tuple[Chart, ...] = (
     CLOUDWATCH_EXPORTER,
     EBS_CSI_DRIVER,
 )
+
+# Upstream releases whose CRDs (not charts) GenNStack's manifests are validated against, beside the
+# charts above that ship the others' (gennstack/crds.py, `make crds`): Gateway API v1.5.1 (the one
+# Envoy Gateway v1.8.x ships), Prometheus Operator v0.93.0 (kube-prometheus-stack 88.3.0's) and the
+# Gateway API Inference Extension v1.0.2 (the InferencePool version Envoy AI Gateway v1.1.0 imports).
+GATEWAY_API_VERSION = "v1.5.1"
+PROMETHEUS_OPERATOR_VERSION = "v0.93.0"
+INFERENCE_EXTENSION_VERSION = "v1.0.2"

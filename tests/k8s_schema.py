@@ -43,10 +43,13 @@ BUILTIN_GROUPS = {
 def crd_dir() -> Path:
     """Where the CRD schemas are; skips (locally) or fails (under CI=true) when they are missing."""
     path = Path(os.environ.get(CRD_DIR_ENV) or ROOT.parent / "shared" / "crds")
+    if not path.is_dir() and not os.environ.get(CRD_DIR_ENV) and (ROOT / "build" / "crds").is_dir():
+        path = ROOT / "build" / "crds"  # where `make crds` puts them
     if not path.is_dir():
         message = (
-            f"CRD schemas not found at {path}: set {CRD_DIR_ENV} to a folder of upstream CRDs laid out as "
-            "<group>/<Kind>.yaml (GenNStack's developers have them in ../shared/crds)"
+            f"CRD schemas not found at {path}: run `make crds` (fetches the pinned upstream CRDs into build/crds), "
+            f"or set {CRD_DIR_ENV} to a folder of upstream CRDs laid out as <group>/<Kind>.yaml "
+            "(GenNStack's developers have them in ../shared/crds)"
         )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
