@@ -19,11 +19,15 @@ export JSII_NODE := $(BUNDLED_NODE)
 endif
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
 
-.PHONY: help setup setup-demo synth test deploy diff destroy clean
+.PHONY: help setup setup-demo synth test docs serve-docs config-reference crds deploy diff destroy clean
 
 help:
 	@echo "make synth    set up, synthesize GenNStack with cdk-nag checks, print what it would deploy"
 	@echo "make test     set up and run the whole test suite"
+	@echo "make docs     build the documentation site strictly (a broken link or anchor fails) into build/site"
+	@echo "make serve-docs  serve the documentation site on http://127.0.0.1:8000, rebuilt on every change"
+	@echo "make config-reference  regenerate docs/reference/config.md from the typed config"
+	@echo "make crds     fetch the pinned upstream CRDs the tests validate against into build/crds (needs internet)"
 	@echo "make setup-demo  also build the SmolLM2 demo backend (llama.cpp, ~10 min) for the gateway"
 	@echo "make diff     cdk diff GenNStack against your AWS account (needs credentials)"
 	@echo "make deploy   cdk deploy GenNStack (needs credentials and a bootstrapped account)"
@@ -84,6 +88,25 @@ synth: setup
 test: setup
 	$(PY) -m pytest -n 2 --dist loadfile -m "not timing"
 	$(PY) -m pytest -m timing
+
+# The documentation site (mkdocs.yml over docs/): --strict turns every warning, a broken link or
+# anchor included (mkdocs.yml's validation settings), into a failed build.
+DOCS_SITE := build/site
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs build --strict --clean --site-dir $(DOCS_SITE)
+
+serve-docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+# docs/reference/config.md from the pydantic models (tests/test_config_reference.py fails when it drifts)
+config-reference: $(VENV)/.installed
+	$(VENV)/bin/gennstack config reference --output docs/reference/config.md
+
+# The upstream CRDs the tests validate custom resources against, for a clone without ../shared/crds:
+# each from its project's tag pinned in gennstack/versions.py, checked against the SHA-256 digests
+# pinned in gennstack/crds.py, into $GENNSTACK_CRD_DIR or build/crds (where the tests look).
+crds: $(VENV)/.installed
+	$(PY) -m gennstack.crds
 
 diff: setup
 	npx cdk diff GenNStack

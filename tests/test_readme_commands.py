@@ -1,11 +1,16 @@
-"""The README's shell commands are the tested path: each fenced ``bash`` block carries a marker that
-says how it is tested, and every block marked ``offline`` runs here exactly as written.
+"""The README's and the docs pages' shell commands are the tested path: each fenced ``bash`` block
+carries a marker that says how it is tested, and every block marked ``offline`` runs here exactly as
+written (a block whose commands another page already runs, with the same marker, runs once).
 
 Markers, on the line before the fence:
 - ``<!-- readme-command: ci -->``: `.ci/run` runs these lines itself, in this order;
 - ``<!-- readme-command: offline ... -->``: runs with no AWS; ``exits N`` gives its exit status
   (default 0); ``with the yaml block below as NAME`` writes the next ``yaml`` block to NAME first;
-- ``<!-- readme-command: needs AWS: why -->``: cannot run without an account; the reason is shown.
+- ``<!-- readme-command: needs AWS: why -->``: cannot run without an account; the reason is shown;
+- ``<!-- readme-command: by hand: why -->`` (docs pages only): runs on this machine but not as a
+  test as written (it starts a server that keeps running, for example); the reason says so.
+
+A command may go on over lines ending in ``\``, as in a shell.
 
 Each offline block runs in a scratch directory outside the repository that holds what a clone's
 root holds for these commands (``cdk.json``, ``app.py``, and links to the ``.venv`` and
@@ -29,12 +34,15 @@ import pytest
 from tests.support import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-MARKER = re.compile(r"<!-- readme-command: (?P<kind>ci|offline|needs AWS)(?P<rest>[^>]*)-->")
+# The documentation site's pages (mkdocs.yml over docs/), whose command blocks carry the same markers.
+DOC_PAGES = sorted((ROOT / "docs").rglob("*.md"))
+MARKER = re.compile(r"<!-- readme-command: (?P<kind>ci|offline|needs AWS|by hand)(?P<rest>[^>]*)-->")
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```$", re.MULTILINE | re.DOTALL)
 
 
 @dataclass(frozen=True)
 class Block:
+    source: str  # README.md or docs/<page>.md
     line: int
     kind: str  # ci, offline or needs AWS
     rest: str
@@ -53,16 +61,17 @@ class Block:
 
 
 def _commands(body: str) -> tuple[str, ...]:
-    """One command per line, its trailing comment removed (shlex knows quotes from comments)."""
+    """One command per line (a line ending in a backslash goes on), its trailing comment removed
+    (shlex knows quotes from comments)."""
     out = []
-    for line in body.splitlines():
+    for line in body.replace("\\\n", " ").splitlines():
         words = shlex.split(line, comments=True)
         if words:
             out.append(shlex.join(words))
     return tuple(out)
 
 
-def readme_blocks(text: str = README) -> list[Block]:
+def readme_blocks(text: str = README, source: str = "README.md") -> list[Block]:
     fences = list(FENCE.finditer(text))
     blocks = []
     for i, fence in enumerate(fences):
@@ -71,27 +80,53 @@ def readme_blocks(text: str = README) -> list[Block]:
         before = text[: fence.start()].rstrip("\n ").splitlines()
         marker = MARKER.search(before[-1]) if before else None
         line = text[: fence.start()].count("\n") + 1
-        assert marker, f"README.md line {line}: a bash block without a readme-command marker (see {__file__})"
+        assert marker, f"{source} line {line}: a bash block without a readme-command marker (see {__file__})"
         follow = next((f.group("body") for f in fences[i + 1:] if f.group("lang") == "yaml"), None)
         body = "\n".join(row[len(fence.group("indent")):] for row in fence.group("body").splitlines())
-        blocks.append(Block(line, marker.group("kind"), marker.group("rest").strip(), _commands(body), follow))
+        blocks.append(Block(source, line, marker.group("kind"), marker.group("rest").strip(), _commands(body), follow))
     return blocks
 
 
 BLOCKS = readme_blocks()
-OFFLINE = [b for b in BLOCKS if b.kind == "offline"]
+DOC_BLOCKS = [b for page in DOC_PAGES for b in readme_blocks(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))]
+
+
+def _once(blocks: list[Block]) -> list[Block]:
+    """Offline blocks, each distinct command list once (the first page that has it runs it)."""
+    seen: dict[tuple[str, ...], Block] = {}
+    for block in blocks:
+        if block.kind == "offline":
+            first = seen.setdefault(block.commands, block)
+            assert (first.rest, first.follow_yaml if first.writes else None) == (block.rest, block.follow_yaml if block.writes else None), (
+                f"{block.source} line {block.line} runs {block.commands} as {first.source} line {first.line} does, marked differently")
+    return list(seen.values())
+
+
+OFFLINE = _once(BLOCKS + DOC_BLOCKS)
 
 
 def test_every_bash_block_says_how_it_is_tested() -> None:
     kinds = {b.kind for b in BLOCKS}
-    assert kinds == {"ci", "offline", "needs AWS"}, kinds
-    for block in BLOCKS:
-        if block.kind == "needs AWS":
-            assert block.rest.startswith(":") and len(block.rest) > 5, f"line {block.line}: say what it needs"
+    assert kinds == {"ci", "offline"}, kinds  # the landing page: set up, then what runs offline
+    assert {b.kind for b in DOC_BLOCKS} == {"offline", "needs AWS", "by hand"}
+    for block in BLOCKS + DOC_BLOCKS:
+        if block.kind in ("needs AWS", "by hand"):
+            assert block.rest.startswith(":") and len(block.rest) > 5, f"{block.source} line {block.line}: say what it needs"
+
+
+def test_the_docs_pages_blocks_are_parsed() -> None:
+    """Each page's blocks are found (a block nobody parses would be a block nobody runs)."""
+    pages = {b.source for b in DOC_BLOCKS}
+    assert {"docs/index.md", "docs/deploy.md", "docs/benchmark.md", "docs/spot-drills.md"} <= pages, pages
+    (synth,) = [b for b in DOC_BLOCKS if b.commands and b.commands[0].startswith("npx cdk synth")]
+    assert synth.source == "docs/index.md" and synth.writes == "prod.yaml"
+    (grafana,) = [b for b in DOC_BLOCKS if b.commands[0].startswith("kubectl -n monitoring get secret")]
+    assert "admin-password" in grafana.commands[0] and len(grafana.commands) == 4  # the continued line is one command
 
 
 def test_the_ci_block_is_what_ci_runs_in_order() -> None:
     """.ci/run runs the quick start's lines as written, in the README's order, from the clone."""
+    assert [b for b in DOC_BLOCKS if b.kind == "ci"] == []
     (quick_start,) = [b for b in BLOCKS if b.kind == "ci"]
     assert quick_start.commands == ("make synth", "make test")
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
@@ -106,6 +141,8 @@ def test_the_marker_parser_refuses_an_unmarked_block() -> None:
         readme_blocks("text\n\n```bash\nls\n```\n")
     (block,) = readme_blocks("<!-- readme-command: offline, exits 1 -->\n```bash\nfalse   # a comment\n```\n")
     assert block.commands == ("false",) and block.exit_code == 1
+    (block,) = readme_blocks("<!-- readme-command: by hand: a server -->\n```bash\necho a \\\n  b   # c\necho d\n```\n", "docs/x.md")
+    assert block.commands == ("echo a b", "echo d") and block.kind == "by hand" and block.source == "docs/x.md"
 
 
 def scratch_clone(tmp_path: Path) -> Path:
@@ -150,7 +187,7 @@ EXPECTED_OUTPUT = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", OFFLINE, ids=[b.commands[0].split(" -")[0] for b in OFFLINE])
+@pytest.mark.parametrize("block", OFFLINE, ids=[f"{b.source}:{b.commands[0].split(' -')[0]}" for b in OFFLINE])
 def test_offline_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     where = scratch_clone(tmp_path)
     if block.writes:
@@ -161,7 +198,7 @@ def test_offline_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         result = subprocess.run(["bash", "-c", command], cwd=where, env=env, capture_output=True, text=True,
                                 timeout=900, check=False, stdin=subprocess.DEVNULL)
         output = result.stdout + result.stderr
-        assert result.returncode == block.exit_code, f"README line {block.line}: {command}\n{output[-3000:]}"
+        assert result.returncode == block.exit_code, f"{block.source} line {block.line}: {command}\n{output[-3000:]}"
         assert "Traceback" not in output, output[-3000:]
         expected = next(v for k, v in EXPECTED_OUTPUT.items() if command.startswith(k))
         if expected is not None:

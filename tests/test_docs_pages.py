@@ -1,0 +1,45 @@
+"""Claims of the docs pages written when the README became a landing page (issue 33): the messages
+docs/troubleshooting.md quotes are the programs' own."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gennstack.config import ConfigError, load_config
+from gennstack.deploy_warnings import NO_ADMIN
+from tests.support import ROOT
+
+TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+
+
+def _quoted(page: str) -> list[list[str]]:
+    return [block.splitlines() for block in re.findall(r"```text\n(.*?)\n```", page, re.DOTALL)]
+
+
+def test_every_message_it_quotes_is_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each line of each ``text`` block is what the config check, `gennstack preflight` (the test
+    suite's fresh account in us-east-1, as docs/deploy.md's sample) or `gennstack summary` prints."""
+    from tests.test_preflight import fresh_output
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    _, preflight, _ = fresh_output()
+    with pytest.raises(ConfigError) as invalid:
+        load_config({"network": {"nat_gateways": 4}})
+    printed = preflight.splitlines() + str(invalid.value).splitlines()
+    blocks = _quoted(TROUBLESHOOTING)
+    assert len(blocks) >= 6
+    for block in blocks:
+        for line in block:
+            if line.startswith("WARNING: "):  # gennstack summary's line, cut after its first sentence
+                assert NO_ADMIN.startswith(line.removeprefix("WARNING: ")), line
+            else:
+                assert line in printed, f"docs/troubleshooting.md quotes {line!r}, which nothing prints"
+
+
+def test_each_failure_says_what_to_do_and_links_the_details() -> None:
+    sections = TROUBLESHOOTING.split("\n## ")[1:]
+    assert len(sections) >= 8
+    for section in sections:
+        assert "](" in section, f"section {section.splitlines()[0]!r} links nowhere"
