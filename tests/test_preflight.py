@@ -354,9 +354,9 @@ def test_fresh_account(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_readme_sample_is_what_preflight_prints_for_the_fresh_account(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     _, out, _ = fresh_output()
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
     sample = re.search(r"```text\n( *GenNStack preflight: .*?)\n *```", readme, re.DOTALL)
-    assert sample, "README lost its `gennstack preflight` sample"
+    assert sample, "docs/deploy.md lost its `gennstack preflight` sample"
     printed = out.splitlines()
     lines = [line for line in textwrap.dedent(sample.group(1)).splitlines() if line.strip() != "..."]
     assert len(lines) >= 10
@@ -365,8 +365,8 @@ def test_readme_sample_is_what_preflight_prints_for_the_fresh_account(monkeypatc
 
 
 def test_readme_lists_exactly_the_iam_actions_preflight_uses() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Deploying for real", 1)[1].split("\n## ", 1)[0]
+    readme = (ROOT / "docs" / "deploy.md").read_text(encoding="utf-8")
+    section = readme.split("## Steps", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", section))
     assert set(preflight_aws.ACTIONS.values()) == listed, sorted(set(preflight_aws.ACTIONS.values()) ^ listed)
     assert all(re.match(r"^[a-z0-9]+:(Get|Describe)", action) for action in preflight_aws.ACTIONS.values())

@@ -182,7 +182,7 @@ def test_chart_defaults_as_read_at_the_pinned_tags():
 def test_rate_limit_service_runs_two_replicas_counted_and_readme_says_the_sums():
     """Envoy Gateway's rate-limit service: the replicas the Envoy Gateway values ask for
     (provider.kubernetes.rateLimitDeployment.replicas, with rateLimitPDB minAvailable 1) are the
-    ones counted; none without the rate limit. README.md's figures are this model's."""
+    ones counted; none without the rate limit. docs/compute.md's figures are this model's."""
     from pathlib import Path
 
     from gennstack.gateway import values as gw
@@ -197,7 +197,7 @@ def test_rate_limit_service_runs_two_replicas_counted_and_readme_says_the_sums()
     assert "envoy-ratelimit" not in {line.component for line in sc.deployments(off)}
     fit, worst = sc.system_fit(config), sc.system_fit(sc.worst_case(config))
     room = fit.room(fit.nodes - 1)
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "compute.md").read_text().split())
     assert (f"at the defaults {fit.requested.cpu_m}m CPU / {fit.requested.memory_mi}Mi of the {room.cpu_m}m / "
             f"{room.memory_mi}Mi three m7i.large nodes leave after DaemonSets, and {worst.requested.cpu_m}m / "
             f"{worst.requested.memory_mi}Mi with `monitoring.placement: system`") in readme

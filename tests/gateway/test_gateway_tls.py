@@ -444,14 +444,14 @@ def test_a_lost_ca_makes_a_new_ca_and_certificate(kube) -> None:
 
 
 def test_the_documented_kubectl_command_fetches_the_ca(kube, default_docs) -> None:
-    """The command docs/gateway.md, README.md and `gennstack summary` give, run by the real kubectl
+    """The command docs/gateway.md and `gennstack summary` give, run by the real kubectl
     (v1.36, from the same kubectl layer) against the API serving the chart's ConfigMap."""
     (configmap,) = _kind(default_docs, "ConfigMap")
     kube.configmaps[(NAMESPACE, CA_CONFIGMAP)] = configmap
     line = gateway_tls_lines(GatewayConfig().model_dump(), REGION)[1]
     command = shlex.split(line.removeprefix("    CA for clients: ").removesuffix(" > gennstack-ca.pem"))
     documented = f"{' '.join(command[:-2])} -o jsonpath='{{.data.ca\\.crt}}' > gennstack-ca.pem"
-    for doc in ("README.md", "docs/gateway.md"):
+    for doc in ("docs/gateway.md",):
         assert documented in (CHART.parents[2] / doc).read_text(), doc
     assert command[0] == "kubectl"
     proc = subprocess.run([str(helm.kubectl()), "--kubeconfig", str(kube.kubeconfig), *command[1:]],

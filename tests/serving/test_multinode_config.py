@@ -123,14 +123,14 @@ def test_warm_spare_groups_are_priced_like_groups() -> None:
 
 
 def test_readme_shows_the_capacity_model_and_the_cost_of_the_overlay() -> None:
-    """The README's multi-node table holds gennstack.serving.capacity's and gennstack.cost's numbers
+    """docs/serving.md's multi-node table holds gennstack.serving.capacity's and gennstack.cost's numbers
     for examples/multinode-scout.yaml."""
     from gennstack.cost.model import multi_node_items
     from gennstack.cost.prices import load_table
     from gennstack.serving.capacity import gb
     from tests.support import ROOT
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
     config = load_config({}, "examples/multinode-scout.yaml")
     p = multi_node_plan(config.serving.multi_node)
     assert (f"weights {gb(p.weights)}, KV cache {gb(p.kv_cache)} (paged, shared; {gb(p.kv_per_sequence)} per "

@@ -1,4 +1,4 @@
-"""examples/multinode-scout.yaml (the README's multi-node overlay) synthesizes clean: cdk-nag through the
+"""examples/multinode-scout.yaml (docs/serving.md's multi-node overlay) synthesizes clean: cdk-nag through the
 app's own validation, cfn-lint with the committed .cfnlintrc.yaml, checkov with the accepted list,
 as tests/test_compliance.py checks the default and variant synths; and it installs what it needs."""
 
@@ -94,7 +94,7 @@ def test_checkov_finds_only_accepted_failures(scout: Synth) -> None:
 
 
 def test_readme_shows_the_overlay_as_it_is() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
     assert f"```yaml\n{OVERLAY.read_text(encoding='utf-8')}```" in readme
 
 
@@ -131,7 +131,7 @@ def test_the_groups_run_the_vllm_image_plus_ray_built_at_deploy(scout: Synth) ->
 def test_summary_shows_the_groups_layout_memory_cost_gate_and_reclaim(scout: Synth) -> None:
     """`gennstack summary` on the overlay's assembly: the multi-node model's own block, its numbers from
     the capacity model (gennstack.serving.capacity) and gennstack.cost (bundled us-east-1 prices, as
-    README's table), and the gateway's model list holding it."""
+    docs/serving.md's table), and the gateway's model list holding it."""
     from gennstack.cost.model import hourly_cost
     from gennstack.cost.prices import load_table
     from gennstack.serving.capacity import summary_line
@@ -149,7 +149,7 @@ def test_summary_shows_the_groups_layout_memory_cost_gate_and_reclaim(scout: Syn
     assert memory == ("TP 4 x PP 2, 16 seqs x 32768 tokens; per GPU (48.00 GB): weights 27.37 GB, KV 12.61 GB, margin 8.02 GB, "
                       "free 0.00 GB; at most 15 sequences of 32768 tokens")
     spot, od = hourly_cost(scout.config, load_table("us-east-1")).total("multi_node")
-    assert (round(spot, 2), round(od, 2)) == (17.04, 42.22)  # README: 16.79 + 0.25 of root volumes, 41.97 + 0.25
+    assert (round(spot, 2), round(od, 2)) == (17.04, 42.22)  # docs/serving.md: 16.79 + 0.25 of root volumes, 41.97 + 0.25
     assert ("    Cost: $17.04-$42.22/h (spot estimate to on-demand, us-east-1), 4 x g6e.12xlarge with root volumes; "
             "one group $8.52-$21.11/h") in lines
     assert ("    Staged gate: no group pod until ConfigMap gen3-g6e-multinode-staged records "
