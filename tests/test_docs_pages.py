@@ -43,3 +43,25 @@ def test_each_failure_says_what_to_do_and_links_the_details() -> None:
     assert len(sections) >= 8
     for section in sections:
         assert "](" in section, f"section {section.splitlines()[0]!r} links nowhere"
+
+
+def _slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc slugify) and GitHub give a heading: lower case,
+    punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def test_the_readmes_links_into_the_site_resolve() -> None:
+    """mkdocs build --strict checks the pages' links; the README is outside docs/, so this checks its own."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#([^)]+))?\)", readme)
+    assert len(links) >= 20
+    for path, anchor in links:
+        page = ROOT / path
+        assert page.is_file(), path
+        if anchor:
+            headings = [_slug(line.lstrip("#").replace("`", "")) for line in page.read_text(encoding="utf-8").splitlines()
+                        if line.startswith("#")]
+            assert anchor in headings, f"README links {path}#{anchor}; its headings: {headings}"
+    assert _slug("Multi-node replicas: Llama 4 Scout on two g6e.12xlarge") == "multi-node-replicas-llama-4-scout-on-two-g6e12xlarge"
