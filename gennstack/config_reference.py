@@ -183,10 +183,11 @@ def _walk(model: type[BaseModel], path: str, instance: Any) -> Iterator[Section]
             below.append((nested[1], key, None if value is _UNSET else value))
             continue
         kind, allowed = _type(field.annotation, field.metadata)
-        keys.append(Key(key, kind, _default(value, field.annotation), allowed, " ".join((field.description or "").split())))
+        description = " ".join((field.description or "").split()).replace("``", "`")
+        keys.append(Key(key, kind, _default(value, field.annotation), allowed, description))
         if nested is not None:
             below.append((nested[1], key + nested[0], None))
-    doc = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split())
+    doc = " ".join((model.__doc__ or "").strip().split("\n\n")[0].split()).replace("``", "`")  # RST code to Markdown
     yield Section(path, doc, tuple(keys))
     for sub, key, value in below:
         yield from _walk(sub, key, value)
@@ -204,7 +205,11 @@ def missing_descriptions() -> list[str]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|") or " "
+    """A table cell: pipes escaped, and outside code spans < and > as entities (a bare <pool> would be
+    read as an HTML tag and vanish from the rendered page)."""
+    parts = text.split("`")
+    parts[::2] = [part.replace("<", "&lt;").replace(">", "&gt;") for part in parts[::2]]
+    return "`".join(parts).replace("|", "\\|") or " "
 
 
 HEADER = """# Configuration reference
@@ -238,7 +243,7 @@ def markdown() -> str:
         title = f"`{section.path}`" if section.path else "Top level"
         out += [f"## {title}", ""]
         if section.doc:
-            out += [section.doc, ""]
+            out += [_cell(section.doc).replace("\\|", "|"), ""]
         if not section.keys:
             continue
         out += ["| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
