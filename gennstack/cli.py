@@ -24,6 +24,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "cost": "gennstack.cost.cli",
     "drill": "gennstack.drill.cli",
     "config": "gennstack.config_reference",
+    "resume": "gennstack.resume.cli",
 }
 
 
