@@ -54,6 +54,18 @@ after its last response, as vLLM's API server does: uvicorn with timeout_keep_al
 VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default (vllm 0.29.0 vllm/envs.py; uvicorn 0.55.0
 protocols/http/httptools_impl.py on_response_complete arms the timer, timeout_keep_alive_handler closes
 the transport, any byte received first cancels it). ``/stats`` counts them in ``keep_alive_closes`` (and the connections held now in ``connections_open``).
+
+Token IDs (for the resume relay, gennstack/resume/): a request with ``return_token_ids: true``, and every
+``/v1/completions`` request, is answered in token mode, as vLLM 0.29.0 does with return_token_ids
+(vllm/entrypoints/openai/chat_completion/protocol.py ChatCompletionStreamResponse.prompt_token_ids on the
+first chunk, ChatCompletionResponseStreamChoice.token_ids per chunk; completion/protocol.py
+CompletionResponseStreamChoice.prompt_token_ids and token_ids). The mock's tokenizer maps each prompt word
+to an ID (``word_id``) and ends every prompt it tokenizes with its generation marker ``MARK``; a
+``/v1/completions`` prompt may be a list of token IDs, taken as is. Greedy output is a pure function of
+the token sequence (``next_token``: a rolling hash over every ID before it), and ``--output-tokens`` counts
+the tokens after the last ``MARK``: so a continuation whose prompt is (prompt IDs + the first k generated
+IDs) yields exactly tokens k+1.. of the uninterrupted answer, with the same texts (``token_text``).
+Faults count chat and completion requests together (``generation_requests``), from 1.
 """
 
 from __future__ import annotations
@@ -70,6 +82,7 @@ import sys
 import threading
 import time
 import urllib.request
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -159,6 +172,8 @@ class MockSettings:
 @dataclass(slots=True)
 class MockStats:
     chat_requests: int = 0
+    completion_requests: int = 0  # /v1/completions
+    generation_requests: int = 0  # chat + completions: the count faults go by
     completed_streams: int = 0
     chunks_sent: int = 0
     tokens_sent: int = 0
@@ -179,6 +194,8 @@ class MockStats:
     def to_dict(self) -> dict:
         return {
             "chat_requests": self.chat_requests,
+            "completion_requests": self.completion_requests,
+            "generation_requests": self.generation_requests,
             "chat_requests_after_warning": self.chat_requests_after_warning,
             "streams_in_flight": self.streams_in_flight,
             "doomed": self.doomed,
@@ -221,8 +238,50 @@ def _frame(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
+MARK = 999  # the generation marker every prompt the mock tokenizes ends with
+_VOCAB = 50000
+_MASK = (1 << 61) - 1
+
+
+def word_id(word: str) -> int:
+    """The mock tokenizer: one ID per prompt word, 1000 .. 1000 + _VOCAB - 1."""
+    return 1000 + zlib.crc32(word.encode()) % _VOCAB
+
+
+def tokenize(words: tuple[str, ...] | list[str]) -> list[int]:
+    return [word_id(word) for word in words] + [MARK]
+
+
+def fold(state: int, token: int) -> int:
+    """The rolling hash greedy decoding continues from (a pure function of every ID so far)."""
+    return (state * 1000003 + token + 1) & _MASK
+
+
+def sequence_state(ids: list[int]) -> int:
+    state = 0
+    for token in ids:
+        state = fold(state, token)
+    return state
+
+
+def next_token(state: int) -> int:
+    return 1000 + (state >> 17) % _VOCAB
+
+
+def token_text(token: int) -> str:
+    return f" w{token}"
+
+
+def already_generated(ids: list[int]) -> int:
+    """Tokens after the last generation marker: what a continuation's prompt holds of the answer."""
+    for i in range(len(ids) - 1, -1, -1):
+        if ids[i] == MARK:
+            return len(ids) - 1 - i
+    return 0
+
+
 class MockServer:
-    """Serve ``/v1/chat/completions``, ``/v1/models``, ``/health`` and ``/stats``."""
+    """Serve ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, ``/health`` and ``/stats``."""
 
     def __init__(self, settings: MockSettings, *, model: str = "mock-model") -> None:
         self.settings = settings
@@ -360,6 +419,11 @@ class MockServer:
                 self._write_json(writer, 405, {"error": {"message": "use POST"}}, keep_alive)
                 return keep_alive
             return await self._chat(reader, writer, body, t_recv, keep_alive)
+        if path.endswith("/completions"):
+            if method != "POST":
+                self._write_json(writer, 405, {"error": {"message": "use POST"}}, keep_alive)
+                return keep_alive
+            return await self._chat(reader, writer, body, t_recv, keep_alive, completion=True)
         if path.endswith("/models") and method == "GET":
             self._write_json(writer, 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}, keep_alive)
         elif path in ("/health", "/healthz") and method == "GET":
@@ -407,7 +471,7 @@ class MockServer:
             % (status, _REASONS.get(status, "Error").encode(), len(body), b"keep-alive" if keep_alive else b"close", body)
         )
 
-    async def _chat(self, reader, writer, body: bytes, t_recv: float, keep_alive: bool) -> bool:
+    async def _chat(self, reader, writer, body: bytes, t_recv: float, keep_alive: bool, completion: bool = False) -> bool:
         s = self.settings
         try:
             request = json.loads(body or b"{}")
@@ -417,12 +481,23 @@ class MockServer:
             self._write_json(writer, 400, {"error": {"message": "body is not a JSON object"}}, keep_alive)
             await writer.drain()
             return keep_alive
-        self.stats.chat_requests += 1
+        prompt = request.get("prompt")
+        if completion and not (isinstance(prompt, str) or (isinstance(prompt, list) and prompt
+                                                            and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt))):
+            self._write_json(writer, 400, {"error": {"message": "prompt: a string or a non-empty list of token IDs"}}, keep_alive)
+            await writer.drain()
+            return keep_alive
+        if completion:
+            self.stats.completion_requests += 1
+        else:
+            self.stats.chat_requests += 1
+        self.stats.generation_requests += 1
         self.stats.chat_requests_after_warning += self._warned
         if s.record_file:
             with Path(s.record_file).open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"messages": request.get("messages"), "max_tokens": request.get("max_tokens")}) + "\n")
-        number = self.stats.chat_requests
+                record = {"prompt": prompt} if completion else {"messages": request.get("messages")}
+                fh.write(json.dumps({**record, "max_tokens": request.get("max_tokens")}) + "\n")
+        number = self.stats.generation_requests
         fault = s.fault_for(number)
         if fault is not None:
             self.stats.faults[fault.kind] = self.stats.faults.get(fault.kind, 0) + 1
@@ -434,11 +509,26 @@ class MockServer:
             await writer.drain()
             return keep_alive
 
+        # token mode: what vLLM does with return_token_ids; every /v1/completions request (its text is the tokens')
+        token_mode = completion or bool(request.get("return_token_ids"))
+        return_ids = bool(request.get("return_token_ids"))
         requested = request.get("max_tokens") or request.get("max_completion_tokens") or s.default_max_tokens
-        n = int(s.output_tokens or requested)
-        chunks = max(1, math.ceil(n / s.tokens_per_chunk))
-        prompt_tokens = len(str(request.get("messages", "")).split())
-        words = prompt_words(request.get("messages"))
+        if completion:
+            words = tuple(prompt.split()) if isinstance(prompt, str) else ()
+            prompt_ids = tokenize(words) if isinstance(prompt, str) else list(prompt)
+        else:
+            words = prompt_words(request.get("messages"))
+            prompt_ids = tokenize(words) if token_mode else []
+        done_before = already_generated(prompt_ids) if token_mode else 0
+        finish = "length"
+        if token_mode:
+            n = int(requested)
+            if s.output_tokens is not None and s.output_tokens - done_before <= n:
+                n, finish = max(0, s.output_tokens - done_before), "stop"
+        else:
+            n = int(s.output_tokens or requested)
+        chunks = max(1, math.ceil(n / s.tokens_per_chunk)) if n else 0
+        prompt_tokens = len(prompt_ids) if token_mode else len(str(request.get("messages", "")).split())
         cached = 0
         if s.prefix_cache_entries:
             best = None
@@ -451,15 +541,41 @@ class MockServer:
         self.stats.prompt_words += len(words)
         self.stats.cached_prompt_words += cached
         ttft_s = s.ttft_s + s.prefill_s_per_token * (len(words) - cached)
-        rid = f"chatcmpl-mock-{number}"
+        rid = f"{'cmpl' if completion else 'chatcmpl'}-mock-{number}"
         created = int(time.time())
         model = request.get("model") or self.model
+        state = sequence_state(prompt_ids) if token_mode else 0
+        obj = "text_completion" if completion else "chat.completion.chunk"
 
-        def chunk(delta: dict, finish: str | None = None) -> bytes:
-            return _frame(json.dumps({
-                "id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }, separators=(",", ":")).encode())
+        def tokens(count: int) -> list[int]:
+            nonlocal state
+            out = []
+            for _ in range(count):
+                token = next_token(state)
+                out.append(token)
+                state = fold(state, token)
+            return out
+
+        def chunk(delta: dict, finish_reason: str | None = None, ids: list[int] | None = None, first: bool = False) -> bytes:
+            if completion:
+                choice = {"index": 0, "text": delta.get("content", ""), "logprobs": None, "finish_reason": finish_reason,
+                          "stop_reason": None}
+                if return_ids and first:
+                    choice["prompt_token_ids"] = prompt_ids
+                if return_ids and ids is not None:
+                    choice["token_ids"] = ids
+                payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+            else:
+                choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+                if return_ids and ids is not None:
+                    choice["token_ids"] = ids
+                payload = {"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]}
+                if return_ids and first:
+                    payload["prompt_token_ids"] = prompt_ids
+            return _frame(json.dumps(payload, separators=(",", ":")).encode())
+
+        def usage() -> dict:
+            return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
 
         if not request.get("stream"):
             if s.paced_non_streaming:
@@ -474,12 +590,23 @@ class MockServer:
                     else:
                         self.stats.abandoned_answers += 1
                         return False
-            text = " tok" * n
-            self._write_json(writer, 200, {
-                "id": rid, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
-            }, keep_alive)
+            ids = tokens(n) if token_mode else []
+            text = "".join(token_text(t) for t in ids) if token_mode else " tok" * n
+            if completion:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish, "stop_reason": None}
+                if return_ids:
+                    choice.update(prompt_token_ids=prompt_ids, token_ids=ids)
+                answer = {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice],
+                          "usage": usage()}
+            else:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                if return_ids:
+                    choice["token_ids"] = ids
+                answer = {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
+                          "usage": usage()}
+                if return_ids:
+                    answer["prompt_token_ids"] = prompt_ids
+            self._write_json(writer, 200, answer, keep_alive)
             await writer.drain()
             self.stats.completed_answers += 1
             return keep_alive
@@ -488,7 +615,10 @@ class MockServer:
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
             b"transfer-encoding: chunked\r\nconnection: %s\r\n\r\n" % (b"keep-alive" if keep_alive else b"close")
         )
-        writer.write(chunk({"role": "assistant", "content": ""}))
+        first_pending = True
+        if not completion:
+            writer.write(chunk({"role": "assistant", "content": ""}, first=True))
+            first_pending = False
         self._streamed(writer, True)
         sent_tokens = 0
         for k in range(chunks):
@@ -501,13 +631,25 @@ class MockServer:
             if late > 0:
                 self.stats.total_lateness_s += late
                 self.stats.max_lateness_s = max(self.stats.max_lateness_s, late)
-            reasoning = max(0, min(size, s.reasoning_tokens - sent_tokens))
-            delta: dict = {}
-            if reasoning:
-                delta["reasoning_content"] = " think" * reasoning
-            if size - reasoning:
-                delta["content"] = " tok" * (size - reasoning)
-            writer.write(chunk(delta))
+            ids = tokens(size) if token_mode else None
+            if completion:
+                writer.write(chunk({"content": "".join(token_text(t) for t in ids)}, ids=ids, first=first_pending))
+                first_pending = False
+            else:
+                position = done_before + sent_tokens
+                reasoning = max(0, min(size, s.reasoning_tokens - position))
+                delta: dict = {}
+                if token_mode:
+                    if reasoning:
+                        delta["reasoning_content"] = "".join(token_text(t) for t in ids[:reasoning])
+                    if size - reasoning:
+                        delta["content"] = "".join(token_text(t) for t in ids[reasoning:])
+                else:
+                    if reasoning:
+                        delta["reasoning_content"] = " think" * reasoning
+                    if size - reasoning:
+                        delta["content"] = " tok" * (size - reasoning)
+                writer.write(chunk(delta, ids=ids))
             if k == 0:
                 self.stats.first_chunks += 1
                 self.stats.total_ttft_s += time.monotonic() - t_recv
@@ -527,18 +669,20 @@ class MockServer:
                 writer.transport.abort()
                 return False
             await writer.drain()
-        writer.write(chunk({}, finish="length"))
+        if completion:
+            writer.write(chunk({}, finish_reason=finish, ids=[] if first_pending else None, first=first_pending))
+        else:
+            writer.write(chunk({}, finish_reason=finish, ids=[] if token_mode else None))
         stream_options = request.get("stream_options") or {}
         if s.usage and stream_options.get("include_usage"):
             writer.write(_frame(json.dumps({
-                "id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n},
+                "id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage(),
             }, separators=(",", ":")).encode()))
         writer.write(_frame(b"[DONE]"))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         self.stats.completed_streams += 1
-        if s.prefix_cache_entries:
+        if s.prefix_cache_entries and not completion:
             self._remember(words + ("<assistant>",) + ("tok",) * (n - min(n, s.reasoning_tokens)))
         self._streamed(writer, False)
         return keep_alive

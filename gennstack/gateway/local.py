@@ -133,6 +133,13 @@ class LocalSettings:
     # endpoint that Envoy re-resolves as Envoy Gateway makes it (a headless Service's name, all its
     # pods' addresses); None: names resolved once at start, STATIC clusters.
     dns_resolver: tuple[str, int] | None = None
+    # The resume relay (gennstack/resume/relay.py) between two halves of Envoy: with a port here, the
+    # listener on listen_port is the front half (API keys, body limit, per-client limit) and routes every
+    # request to the relay on 127.0.0.1:resume_relay_port; a second listener on routing_port is the routing
+    # half (model Lua, alias, failover, prefix key, retries, ejection, health checks) that the relay and its
+    # continuations call. None: one listener does both, as before.
+    resume_relay_port: int | None = None
+    routing_port: int = 0
 
 
 MAX_PARALLEL_RETRIES = 1024
@@ -455,46 +462,92 @@ def envoy_bootstrap(table: RoutingTable, endpoints: Mapping[str, str | Sequence[
     # The cluster's order (Envoy Gateway v1.8.3 httpfilters.go, then the AI Gateway v1.1.0 extension server
     # inserting its external processor ahead of the first Lua filter: lua.py): API keys, the body (buffer +
     # the body router standing in for the AI Gateway's processor), the prefix key's Lua, the rate limit, router.
-    http_filters: list[dict[str, Any]] = []
-    if settings.api_keys:
-        http_filters.append(_api_key_filter(settings))
-    http_filters += [
-        {"name": "envoy.filters.http.buffer",
-         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
-                          "max_request_bytes": gateway.max_request_mib * 1024 * 1024}},
-        _lua_filter("model-router", "downstream", live),
-    ]
+    buffer = {"name": "envoy.filters.http.buffer",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
+                               "max_request_bytes": gateway.max_request_mib * 1024 * 1024}}
+    router = {"name": "envoy.filters.http.router",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+    access: list[dict[str, Any]] = [_api_key_filter(settings)] if settings.api_keys else []
+    routing = [_lua_filter("model-router", "downstream", live)]
     if (key_filter := prefix_key_filter(live, gateway.routing.prefix_bytes)) is not None:
-        http_filters.append(key_filter)
+        routing.append(key_filter)
     requests = gateway.rate_limit.requests_per_minute if settings.rate_limit_requests is None else settings.rate_limit_requests
     interval_s = 60.0 if settings.rate_limit_requests is None else settings.rate_limit_interval_s
-    if requests > 0:
-        http_filters.append(_rate_limit_filter(requests, interval_s, [client for client, _ in settings.api_keys]))
-    http_filters.append({"name": "envoy.filters.http.router",
-                         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}})
+    limit = [_rate_limit_filter(requests, interval_s, [client for client, _ in settings.api_keys])] if requests > 0 else []
+    retry_after_s = local_retry_after_s(requests, interval_s) if requests > 0 else 1
+    if settings.resume_relay_port is None:
+        listeners = [_listener("gateway", settings.listen_port, resilience, retry_after_s, vhost_routes,
+                               [*access, buffer, *routing, *limit, router])]
+    else:
+        # front half: the client's request is charged here once; the relay's continuations never pass here
+        front_routes = [{"name": "resume-relay", "match": {"prefix": "/"},
+                         "route": {"cluster": RELAY_CLUSTER, "timeout": _duration(resilience.request_timeout_s),
+                                   "idle_timeout": _duration(_downstream_idle_s(resilience)),
+                                   # a relay that refuses the connection (restarting): another try, before any byte
+                                   "retry_policy": {"retry_on": "connect-failure,refused-stream", "num_retries": 2}}}]
+        listeners = [
+            _listener("gateway", settings.listen_port, resilience, retry_after_s, front_routes, [*access, buffer, *limit, router]),
+            _listener("routing", settings.routing_port, resilience, 1, vhost_routes, [buffer, *routing, router]),
+        ]
+        clusters.append(_relay_cluster(settings, resilience))
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": settings.admin_port}}},
-        "static_resources": {
-            "listeners": [{
-                "name": "gateway",
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": settings.listen_port}},
-                "filter_chains": [{"filters": [{
-                    "name": "envoy.filters.network.http_connection_manager",
-                    "typed_config": {
-                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                        "stat_prefix": "gateway",
-                        "codec_type": "AUTO",
-                        "stream_idle_timeout": _duration(_downstream_idle_s(resilience)),
-                        "local_reply_config": local_reply_config(local_retry_after_s(requests, interval_s) if requests > 0 else 1),
-                        "route_config": {"name": "gateway", "virtual_hosts": [{
-                            "name": "gateway", "domains": ["*"], "routes": vhost_routes,
-                            "include_attempt_count_in_response": True,
-                        }]},
-                        "http_filters": http_filters,
-                    },
-                }]}],
-            }],
-            "clusters": clusters,
+        "static_resources": {"listeners": listeners, "clusters": clusters},
+    }
+
+
+RELAY_CLUSTER = "resume-relay"
+
+
+def _listener(name: str, port: int, resilience: ResilienceConfig, retry_after_s: int, routes: list[dict[str, Any]],
+              http_filters: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": name,
+                "codec_type": "AUTO",
+                "stream_idle_timeout": _duration(_downstream_idle_s(resilience)),
+                "local_reply_config": local_reply_config(retry_after_s),
+                "route_config": {"name": name, "virtual_hosts": [{
+                    "name": name, "domains": ["*"], "routes": routes,
+                    "include_attempt_count_in_response": True,
+                }]},
+                "http_filters": http_filters,
+            },
+        }]}],
+    }
+
+
+def _relay_cluster(settings: LocalSettings, resilience: ResilienceConfig) -> dict[str, Any]:
+    """The resume relay as the front half's one upstream; its /healthz turns 503 on SIGTERM (drain)."""
+    assert settings.resume_relay_port is not None
+    return {
+        "name": RELAY_CLUSTER,
+        "type": "STATIC",
+        "connect_timeout": _duration(settings.connect_timeout_s),
+        "load_assignment": {"cluster_name": RELAY_CLUSTER, "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+            "socket_address": {"address": "127.0.0.1", "port_value": settings.resume_relay_port}}}}]}]},
+        "health_checks": [{
+            "timeout": _duration(settings.health_timeout_s),
+            "interval": _duration(resilience.health_interval_s),
+            "no_traffic_interval": _duration(resilience.health_interval_s),
+            "unhealthy_threshold": resilience.unhealthy_threshold,
+            "healthy_threshold": resilience.healthy_threshold,
+            "http_health_check": {"path": "/healthz"},
+        }],
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": 100000, "max_pending_requests": 100000,
+                                             "max_requests": 100000, "max_retries": MAX_PARALLEL_RETRIES}]},
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http_protocol_options": {}},
+                "common_http_protocol_options": {"idle_timeout": _duration(UPSTREAM_IDLE_TIMEOUT_S)},
+            }
         },
     }
 
