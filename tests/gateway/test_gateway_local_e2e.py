@@ -219,8 +219,9 @@ def test_unknown_path_gets_the_ai_gateways_404(gateway, method, path) -> None:
 
 @pytest.mark.parametrize("path", ACCEPTED_PATHS)
 def test_accepted_paths_are_forwarded(gateway, path) -> None:
-    """Each accepted path reaches the model server (the mock answers 404 for all but chat
-    completions: that 404 is the server's own body, passed through, not the gateway's)."""
+    """Each accepted path reaches the model server (the mock answers 404 for all but chat completions and
+    completions: that 404, and the 400 for a completion without a prompt, are the server's own bodies,
+    passed through, not the gateway's)."""
     import urllib.error
     import urllib.request
 
@@ -234,6 +235,8 @@ def test_accepted_paths_are_forwarded(gateway, path) -> None:
     assert headers[BACKEND_HEADER] == "gpt-oss-20b"
     if path == "/v1/chat/completions":
         assert status == 200
+    elif path == "/v1/completions":  # the mock serves completions too (token prompts, for the resume relay)
+        assert status == 400 and body == {"error": {"message": "prompt: a string or a non-empty list of token IDs"}}
     else:
         assert status == 404 and body == {"error": {"message": f"no route POST {path}"}}
 
