@@ -272,6 +272,21 @@ def token_text(token: int) -> str:
     return f" w{token}"
 
 
+def greedy_answer(prompt_ids: list[int], n: int) -> list[int]:
+    """The n tokens the mock answers ``prompt_ids`` with (token mode, no --output-tokens)."""
+    state, out = sequence_state(prompt_ids), []
+    for _ in range(n):
+        token = next_token(state)
+        out.append(token)
+        state = fold(state, token)
+    return out
+
+
+def chat_reference_text(messages: list[dict], n: int) -> str:
+    """The text of the mock's uninterrupted greedy chat answer in token mode (what a resumed answer must equal)."""
+    return "".join(token_text(t) for t in greedy_answer(tokenize(prompt_words(messages)), n))
+
+
 def already_generated(ids: list[int]) -> int:
     """Tokens after the last generation marker: what a continuation's prompt holds of the answer."""
     for i in range(len(ids) - 1, -1, -1):

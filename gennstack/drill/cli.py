@@ -27,7 +27,10 @@ or an AWS call failed (the message says which and why); 2 bad arguments or confi
 
 ``--local`` runs the drill on this machine instead, without AWS: mock replicas of the generation's
 model behind the local gateway, one of them warned and then gone, once with drain routing and once
-without (gennstack/drill/local.py); it writes ``comparison.md`` and each run's bench result.
+without (gennstack/drill/local.py); it writes ``comparison.md`` and each run's bench result. Then the
+cases drain cannot save (gennstack/drill/resume_drill.py): a replica SIGKILLed mid-answer without warning,
+and answers longer than the grace, each with the resume relay off and on; it writes ``resume.md``
+(``--cases`` picks drain, resume or both).
 """
 
 from __future__ import annotations
@@ -400,16 +403,27 @@ def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
         return 2
     output = Path(args.output_dir or Path("drill-results") / f"{now():%Y%m%dT%H%M%SZ}-local-{generation}")
     output.mkdir(parents=True, exist_ok=True)
+    cases = {case.strip() for case in args.cases.split(",")}
+    if not cases or cases - {"drain", "resume"}:
+        print(f"gennstack drill --local: --cases {args.cases!r}: a comma-separated choice of drain, resume", file=err)
+        return 2
     try:
-        run_local_drill(settings, output, gateway=config.gateway, out=out)
-    except LocalDrillError as exc:
+        if "drain" in cases:
+            run_local_drill(settings, output, gateway=config.gateway, out=out)
+        if "resume" in cases:
+            from gennstack.drill.resume_drill import run_resume_drill
+
+            run_resume_drill(output)
+    except (LocalDrillError, RuntimeError, TimeoutError, OSError) as exc:
         print(f"gennstack drill --local: {exc}", file=err)
         return 1
     except KeyboardInterrupt:
         print("gennstack drill --local: interrupted", file=err)
         return 130
-    print("", file=out)
-    print((output / "comparison.md").read_text(encoding="utf-8"), file=out)
+    for name in ("comparison.md", "resume.md"):
+        if (output / name).exists():
+            print("", file=out)
+            print((output / name).read_text(encoding="utf-8"), file=out)
     print(f"results: {output}", file=out)
     return 0
 
@@ -534,4 +548,8 @@ def register(subparsers: Any) -> None:
                        help="the doomed replica is gone this long after its warning (AWS: 120; default: %(default)s)")
     local.add_argument("--dns-ttl", type=int, default=1, metavar="SECONDS",
                        help="TTL of the Service's DNS answer (CoreDNS's default: 5; default: %(default)s)")
+    local.add_argument("--cases", default="drain,resume", metavar="drain,resume",
+                       help="drain: the warned replica, drain routing on and off (comparison.md); resume: a replica "
+                            "SIGKILLed without warning and answers longer than the grace, stream resume off and on "
+                            "(resume.md) (default: %(default)s)")
     parser.set_defaults(func=run)
