@@ -618,7 +618,10 @@ class Relay:
 
         if state.harmony is True:
             if self._harmony_encoding is None:
-                self._harmony_encoding = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+                try:
+                    self._harmony_encoding = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+                except Exception as exc:  # HarmonyError: its vocabulary (o200k_base) could not be read or fetched
+                    raise ResumeFailed("harmony_unavailable", f"openai-harmony could not load its encoding: {exc}") from None
             parser = StreamableParser(self._harmony_encoding, role=Role.ASSISTANT)
             for token in state.generated[:len(state.generated) - len(ids)]:
                 parser.process(token)

@@ -1,0 +1,225 @@
+"""The resume relay in process (gennstack/resume/relay.py) against the mock server (its token mode): refusals,
+the byte-level field stripping, several breaks in one answer, silence, bounds; and the relay process's SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from gennstack.bench.mockserver import (
+    MARK,
+    Fault,
+    MockServer,
+    MockSettings,
+    chat_reference_text,
+    greedy_answer,
+    start_process,
+    token_text,
+    tokenize,
+)
+from gennstack.gateway.demo import free_ports
+from gennstack.resume.config import ResumeConfig
+from gennstack.resume.local import RelayProcess, metric
+from gennstack.resume.relay import _STRIP, Relay, refusal
+
+MESSAGES = [{"role": "user", "content": "hello there relay"}]
+
+
+@pytest.mark.parametrize(("kind", "extra", "reason"), [
+    ("chat", {}, None),
+    ("chat", {"temperature": 0.7, "seed": 3, "top_p": 0.9, "max_completion_tokens": 9}, None),
+    ("chat", {"response_format": {"type": "json_schema", "json_schema": {}}}, "structured_output"),
+    ("chat", {"response_format": {"type": "text"}}, None),
+    ("chat", {"structured_outputs": {"regex": "a+"}}, "structured_output"),
+    ("chat", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ("chat", {"tool_choice": "required"}, "tools"),
+    ("chat", {"n": 2}, "n"),
+    ("chat", {"logprobs": True}, "logprobs"),
+    ("chat", {"presence_penalty": 0.5}, "penalties"),
+    ("chat", {"stop": ["\n\n"]}, "stop_strings"),
+    ("chat", {"stream_options": {"include_usage": True, "continuous_usage_stats": True}}, "continuous_usage"),
+    ("chat", {"include_reasoning": False}, "reasoning_hidden"),
+    ("chat", {"use_beam_search": True}, "beam_search"),
+    ("completion", {"prompt": "x"}, None),
+    ("completion", {"prompt": [1, 2, 3]}, None),
+    ("completion", {"prompt": ["a", "b"]}, "batch_prompt"),
+    ("completion", {"prompt": "x", "echo": True}, "echo"),
+    ("completion", {"prompt": "x", "best_of": 3}, "best_of"),
+    ("completion", {"prompt": "x", "suffix": "y"}, "suffix"),
+])
+def test_refusal_reasons(kind: str, extra: dict, reason: str | None) -> None:
+    body = {"model": "m", **({"messages": MESSAGES} if kind == "chat" else {}), **extra}
+    assert refusal(kind, body) == reason
+
+
+def test_strip_cuts_only_the_token_id_fields() -> None:
+    """The shapes vLLM 0.29.0 sends with return_token_ids: prompt_token_ids on the chat chunk, token_ids on the choice."""
+    first = (b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+             b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],"prompt_token_ids":[1,2,3]}')
+    later = (b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+             b'{"content":"say \\"token_ids\\":[9]"},"logprobs":null,"finish_reason":null,"token_ids":[7, 8]}]}')
+    completion = b'{"id":"c","choices":[{"index":0,"text":"a","prompt_token_ids":[4,5],"token_ids":[6]}]}'
+    for raw in (first, later, completion):
+        stripped = json.loads(_STRIP.sub(b"", raw))
+        original = json.loads(raw)
+        original.pop("prompt_token_ids", None)
+        for choice in original["choices"]:
+            choice.pop("token_ids", None)
+            choice.pop("prompt_token_ids", None)
+        assert stripped == original
+
+
+def test_mock_continuation_from_k_tokens_is_the_tail() -> None:
+    prompt = tokenize(("<user>", "hello"))
+    assert prompt[-1] == MARK
+    whole = greedy_answer(prompt, 30)
+    for k in (0, 1, 17, 29):
+        assert greedy_answer(prompt + whole[:k], 30 - k) == whole[k:]
+
+
+async def _stack(config: ResumeConfig, settings: MockSettings):
+    mock = MockServer(settings)
+    port = await mock.start()
+    relay = Relay(config, f"http://127.0.0.1:{port}")
+    runner = web.AppRunner(relay.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return mock, relay, runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
+async def _chat(url: str, stream: bool, **extra) -> tuple[list[dict], str]:
+    body = {"model": "mock-model", "messages": MESSAGES, "max_tokens": 20, "stream": stream, **extra}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(url + "/v1/chat/completions", json=body) as resp:
+            if not stream:
+                return [await resp.json()], ""
+            events = [line[6:].strip() async for line in resp.content if line.startswith(b"data: ")]
+    return [json.loads(e) for e in events if e != b"[DONE]"], events[-1].decode() if events else ""
+
+
+def _run(config: ResumeConfig, settings: MockSettings, stream: bool = True, **extra):
+    async def go():
+        mock, relay, runner, url = await _stack(config, settings)
+        try:
+            return await _chat(url, stream, **extra), relay
+        finally:
+            await runner.cleanup()
+            await mock.close()
+    return asyncio.run(go())
+
+
+def _text(chunks: list[dict]) -> str:
+    return "".join((c.get("delta") or {}).get("content") or "" for chunk in chunks for c in chunk.get("choices") or ())
+
+
+def _value(relay: Relay, name: str, **labels: str) -> float:
+    from prometheus_client import generate_latest
+
+    values = {}
+    for line in generate_latest(relay.metrics.registry).decode().splitlines():
+        if line.startswith("gennstack_resume_"):
+            key, value = line.rsplit(" ", 1)
+            values[key] = float(value)
+    return metric(values, name, **labels)
+
+
+def test_an_answer_broken_every_three_tokens_is_whole_and_once() -> None:
+    """Every upstream answer (the continuations too) is cut after 3 chunks (the last after its 2 tokens, before its
+    finish chunk): 6 continuations, one answer, the same id, the finish chunk written by the relay."""
+    config = ResumeConfig.from_data({"models": {"mock-model": {}}, "max_attempts": 10})
+    settings = MockSettings(ttft_s=0, itl_s=0.001, faults=(Fault("broken", 1, after_chunks=3),))
+    (chunks, last), relay = _run(config, settings, stream_options={"include_usage": True})
+    assert last == "[DONE]"
+    assert _text(chunks) == chat_reference_text(MESSAGES, 20)
+    assert {c["id"] for c in chunks} == {"chatcmpl-mock-1"} and len({c["model"] for c in chunks}) == 1
+    assert all("token_ids" not in c for chunk in chunks for c in chunk["choices"]) and all("prompt_token_ids" not in c for c in chunks)
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]] == ["length"]
+    assert chunks[-1]["usage"] == {"prompt_tokens": len(tokenize(("<user>", "hello", "there", "relay"))), "completion_tokens": 20,
+                                   "total_tokens": 25}
+    assert _value(relay, "gennstack_resume_attempts_total", model="mock-model") == 6
+    assert _value(relay, "gennstack_resume_succeeded_total", model="mock-model") == 1
+
+
+def test_client_asked_token_ids_are_kept_whole() -> None:
+    config = ResumeConfig.from_data({"models": {"mock-model": {}}, "max_attempts": 10})
+    settings = MockSettings(ttft_s=0, itl_s=0.001, faults=(Fault("broken", 1, after_chunks=4),))
+    (chunks, _), _relay = _run(config, settings, return_token_ids=True)
+    ids = [t for chunk in chunks for c in chunk["choices"] for t in c.get("token_ids") or []]
+    prompt = tokenize(("<user>", "hello", "there", "relay"))
+    assert chunks[0]["prompt_token_ids"] == prompt
+    assert ids == greedy_answer(prompt, 20)
+    assert "".join(token_text(t) for t in ids) == _text(chunks)
+
+
+def test_a_silent_upstream_counts_as_broken() -> None:
+    """stall: the server stops sending and holds the connection; after upstream_idle_timeout_s the relay goes on."""
+    config = ResumeConfig.from_data({"models": {"mock-model": {}}, "upstream_idle_timeout_s": 0.3, "max_attempts": 10})
+    settings = MockSettings(ttft_s=0, itl_s=0.001, faults=(Fault("stall", 2, after_chunks=3),), stall_max_s=5)
+    (chunks, last), relay = _run(config, settings)
+    assert last == "[DONE]" and _text(chunks) == chat_reference_text(MESSAGES, 20)
+
+
+@pytest.mark.parametrize(("bounds", "reason"), [({"max_replay_tokens": 8}, "replay_too_long"),
+                                                ({"max_attempts": 2}, "attempts_exhausted")])
+def test_bounds_end_the_answer_with_an_error_event(bounds: dict, reason: str) -> None:
+    config = ResumeConfig.from_data({"models": {"mock-model": {}}, **bounds})
+    settings = MockSettings(ttft_s=0, itl_s=0.001, faults=(Fault("broken", 1, after_chunks=3),))
+    (chunks, last), relay = _run(config, settings)
+    assert chunks[-1]["error"]["reason"] == reason and chunks[-1]["error"]["type"] == "resume_failed"
+    assert last != "[DONE]"
+    assert _value(relay, "gennstack_resume_failed_total", model="mock-model", reason=reason) == 1
+
+
+def test_non_streaming_failure_is_an_error_status() -> None:
+    config = ResumeConfig.from_data({"models": {"mock-model": {}}, "max_attempts": 1})
+    settings = MockSettings(ttft_s=0, itl_s=0.001, faults=(Fault("broken", 1, after_chunks=3),))
+    ([answer], _), _relay = _run(config, settings, stream=False)
+    assert answer["error"]["reason"] == "attempts_exhausted"
+
+
+def test_harmony_without_its_encoding_fails_counted_never_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPT-OSS continuation needs openai-harmony's encoding (its o200k_base vocabulary file); where it cannot be
+    loaded (here: no network, TIKTOKEN_ENCODINGS_BASE at an empty folder), the answer ends with an error event."""
+    monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", "/nonexistent-gennstack")
+    monkeypatch.setenv("TIKTOKEN_RS_CACHE_DIR", "/nonexistent-gennstack")
+    config = ResumeConfig.from_data({"models": {"mock-model": {"harmony": True}}})
+    settings = MockSettings(ttft_s=0, itl_s=0.001, faults=(Fault("broken", 1, after_chunks=3),))
+    (chunks, _), relay = _run(config, settings)
+    assert chunks[-1]["error"]["reason"] == "harmony_unavailable"
+    assert _value(relay, "gennstack_resume_failed_total", model="mock-model", reason="harmony_unavailable") == 1
+
+
+def test_sigterm_fails_healthz_finishes_the_stream_and_exits() -> None:
+    server = start_process("--ttft", "0", "--itl", "0.02")
+    port = free_ports(1)
+    try:
+        relay = RelayProcess.start(ResumeConfig.from_data({"models": {"mock-model": {}}}), port=port,
+                                   upstream=server.base_url.removesuffix("/v1"))
+        body = json.dumps({"model": "mock-model", "messages": MESSAGES, "max_tokens": 150, "stream": True}).encode()
+        request = urllib.request.Request(relay.base_url + "/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            resp.readline()
+            relay.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 5
+            status = 200
+            while status == 200 and time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(relay.base_url + "/healthz", timeout=2)
+                except urllib.error.HTTPError as exc:
+                    status = exc.code
+            rest = resp.read().decode()
+        assert status == 503
+        assert rest.rstrip().endswith("data: [DONE]")
+        assert relay.proc.wait(timeout=30) == 0
+    finally:
+        server.stop()
