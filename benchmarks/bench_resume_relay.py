@@ -80,6 +80,18 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _relay_pid(gateway_pid: int) -> int:
+    """The relay process `gennstack gateway local` started (its child running `resume serve`)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{gateway_pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if b"resume" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return int(child)
+        time.sleep(0.2)
+    raise RuntimeError("no relay process under the resume-on gateway")
+
+
 def relay_throughput(streams: int, seconds: float, env: dict) -> dict[str, float]:
     """Tokens per CPU-second of one relay process, streams of 1-token chunks as fast as the mock sends them."""
     mock_port = free_ports(2)
@@ -151,10 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             gateways.append(_gateway(port, port + 1, mock_port, side == "on", env))
             wait_http(f"http://127.0.0.1:{port + 1}/ready", 60)
             sides[side] = f"http://127.0.0.1:{port}/v1"
+        relay_pid = _relay_pid(gateways[1].pid)
+        relay_cpu = 0.0
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.rounds):
                 for side, url in sides.items():
+                    cpu0 = _cpu_s(relay_pid)
                     got, failed, total = _bench(url, Path(tmp) / f"{side}-{r}", args)
+                    if side == "on":
+                        relay_cpu += _cpu_s(relay_pid) - cpu0
                     failures[side] += failed
                     requests[side] += total
                     for key, values in got.items():
@@ -176,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},
         "ms": {side: {key: summary(side, key) for key in ("ttft_s", "itl_s")} for side in pooled},
         "requests": requests, "failed": failures,
+        # the relay's own CPU in the resume-on rounds: its cost per request, streamed tokens included
+        "relay_cpu_ms_per_request": round(relay_cpu * 1000 / max(1, requests["on"]), 3),
         "relay_throughput": throughput,
     }
     result["added_ms"] = {key: {p: result["ms"]["on"][key][p] - result["ms"]["off"][key][p] for p in ("p50", "p90", "p99")}
@@ -189,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         fmt = lambda x: "/".join(f"{x[p]:.2f}" for p in ("p50", "p90", "p99"))  # noqa: E731
         print(f"| {key[:-2].upper()} | {fmt(d)} | {fmt(g)} | {fmt(a)} |")
     print(f"\nrequests off/on: {requests['off']}/{requests['on']}, failed: {failures['off']}/{failures['on']}")
+    print(f"relay CPU per request in the bench (50 tokens): {result['relay_cpu_ms_per_request']} ms")
     print(f"relay: {throughput['tokens_per_cpu_s']} streamed tokens per CPU-second ({throughput})")
     return 0
 

@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "gennstack.drill.cli",
     "gennstack.gateway.cli",
     "gennstack.config_reference",
+    "gennstack.resume.cli",
 )
 
 

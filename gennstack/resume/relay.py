@@ -175,6 +175,30 @@ def _ids(raw: bytes) -> list[int]:
     return [int(x) for x in raw.split(b",") if x.strip()] if raw else []
 
 
+_TOKEN_KEY = b',"token_ids":'
+_PROMPT_KEY = b',"prompt_token_ids":'
+
+
+def _cut(data: bytes, key: bytes) -> bytes:
+    """``data`` without the field ``key`` (a list of integers or null), found by bytes, not by parsing."""
+    i = data.find(key)
+    if i < 0:
+        return data
+    start = i + len(key)
+    if data.startswith(b"null", start):
+        return data[:i] + data[start + 4:]
+    end = data.find(b"]", start)
+    return data[:i] + data[end + 1:] if end > 0 else data
+
+
+def strip_ids(data: bytes) -> bytes:
+    """The chunk without vLLM's token ID fields (they follow other fields, so a comma precedes them)."""
+    if b"token_ids" not in data:
+        return data
+    data = _cut(_cut(data, _TOKEN_KEY), _PROMPT_KEY)
+    return _STRIP.sub(b"", data) if b'token_ids"' in data else data
+
+
 class Relay:
     def __init__(self, config: ResumeConfig, upstream: str, metrics: Metrics | None = None) -> None:
         self.config = config
@@ -384,32 +408,49 @@ class Relay:
         return answer
 
     async def _relay_first(self, upstream: aiohttp.ClientResponse, state: Stream, write) -> None:
-        """Relay the first upstream answer; raises Break where it stops before its end."""
+        """Relay the first upstream answer; raises Break where it stops before its end.
+
+        Reads whatever bytes have arrived, splits them into events itself and writes what it relays of
+        them at once (not a line and a write per event: the relay's cost per token)."""
         first = True
         ended = False
+        buffer = b""
         try:
-            async for line in upstream.content:
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    ended = True
+            async for piece in upstream.content.iter_any():
+                buffer += piece
+                if b"\n\n" not in buffer:
+                    if b"\r\n\r\n" not in buffer:
+                        continue
+                    buffer = buffer.replace(b"\r\n", b"\n")
+                *events, buffer = buffer.split(b"\n\n")
+                out = []
+                for event in events:
+                    if not event.startswith(b"data:"):
+                        event = next((line for line in event.split(b"\n") if line.startswith(b"data:")), b"")
+                        if not event:
+                            continue
+                    data = event[5:].strip()
+                    if data == b"[DONE]":
+                        ended = True
+                        break
+                    if first:
+                        first = False
+                        self._first_chunk(state, data)
+                    if data.startswith(b'{"error"'):
+                        if out:
+                            await write(b"".join(out))
+                        raise Break(f"an error event: {data[:200].decode(errors='replace')}")
+                    if b'"choices":[]' in data and b'"usage"' in data:
+                        state.usage = json.loads(data).get("usage")
+                        state.usage_raw = data if state.client_ids else strip_ids(data)
+                        continue  # the relay writes the usage chunk itself (once, at the end)
+                    self._scan(state, data)
+                    if state.client_stream:
+                        out.append(b"data: " + (data if state.client_ids else strip_ids(data)) + b"\n\n")
+                if out:
+                    await write(b"".join(out))
+                if ended:
                     break
-                if first:
-                    first = False
-                    self._first_chunk(state, data)
-                    if b'"error"' in data[:12]:
-                        raise Break("an error event before any token")
-                if data.startswith(b'{"error"'):
-                    raise Break(f"an error event: {data[:200].decode(errors='replace')}")
-                if b'"choices":[]' in data and b'"usage"' in data:
-                    state.usage = json.loads(data).get("usage")
-                    state.usage_raw = data if state.client_ids else _STRIP.sub(b"", data)
-                    continue  # the relay writes the usage chunk itself (once, at the end)
-                self._scan(state, data)
-                if not state.client_stream:
-                    continue
-                await write(b"data: " + (data if state.client_ids else _STRIP.sub(b"", data)) + b"\n\n")
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
             raise Break(f"connection lost: {type(exc).__name__}") from None
         except asyncio.TimeoutError:
@@ -447,10 +488,15 @@ class Relay:
 
     def _scan(self, state: Stream, data: bytes) -> None:
         """The bytes of one chunk: its token IDs, its finish_reason; the texts only when answering whole."""
-        match = _IDS.search(data)
-        if match is not None:
-            state.generated.extend(_ids(match.group(1)))
-        finished = _FINISHED.search(data)
+        i = data.find(_TOKEN_KEY)
+        if i >= 0 and data[i + len(_TOKEN_KEY)] == 91:  # "["
+            start = i + len(_TOKEN_KEY) + 1
+            state.generated.extend(_ids(data[start:data.find(b"]", start)]))
+        elif i < 0 and b'"token_ids":[' in data:
+            match = _IDS.search(data)
+            if match is not None:
+                state.generated.extend(_ids(match.group(1)))
+        finished = _FINISHED.search(data) if b'"finish_reason":"' in data else None
         if finished is not None:
             state.finish_reason = finished.group(1).decode()
             if b'"stop_reason":' in data and b'"stop_reason":null' not in data:
@@ -713,7 +759,15 @@ async def run(config: ResumeConfig, listen: tuple[str, int], upstream: str,
 def serve_forever(config: ResumeConfig, *, listen: tuple[str, int], upstream: str,
                   metrics_listen: tuple[str, int] | None = None) -> int:
     try:
-        asyncio.run(run(config, listen, upstream, metrics_listen))
+        # uvloop where installed (uvicorn[standard] brings it): the same program, a faster event loop
+        try:
+            import uvloop
+        except ImportError:
+            factory = None
+        else:
+            factory = uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(run(config, listen, upstream, metrics_listen))
     except OSError as exc:
         print(f"gennstack resume serve: {exc}", file=sys.stderr)
         return 2
