@@ -169,6 +169,9 @@ class Stream:
     reasoning: list[str] = field(default_factory=list)
     reasoning_key: str = "reasoning"
     harmony: Any = None
+    attempts: int = 0  # upstream requests after the first (continuations and restarts), per client request
+    path: str = ""
+    upstream_body: dict[str, Any] = field(default_factory=dict)
 
 
 def _ids(raw: bytes) -> list[int]:
@@ -304,6 +307,7 @@ class Relay:
                        emit_usage=emit_usage, started=time.monotonic())
         upstream_body = {**body, "stream": True, "return_token_ids": True,
                          "stream_options": {**stream_options, "include_usage": True}}
+        state.path, state.upstream_body = request.path, upstream_body
         headers = self._headers(request.headers)
         headers["content-type"] = "application/json"
         assert self._session is not None
@@ -339,6 +343,15 @@ class Relay:
             except Break as exc:
                 broken = str(exc)
         while broken is not None:
+            if state.id is None:
+                # broken before its first chunk (a server lost during prefill): nothing of the answer came, so
+                # the request is sent again as it was (as Envoy retries before headers), from the same budget
+                try:
+                    broken = await self._restart(state, headers, write)
+                except ResumeFailed as exc:
+                    self.metrics.failed.labels(str(body.get("model")), exc.reason).inc()
+                    return await self._fail(request, response, state, exc)
+                continue
             if state.resumable is not None:
                 self.metrics.failed.labels(str(state.model or body.get("model")), "not_resumable").inc()
                 return await self._fail(request, response, state, ResumeFailed(
@@ -538,17 +551,44 @@ class Relay:
             request.setdefault("skip_special_tokens", body.get("skip_special_tokens", True))
         return request
 
+    async def _spend_attempt(self, state: Stream, model: str, last: str) -> None:
+        if state.attempts >= self.config.max_attempts:
+            raise ResumeFailed("attempts_exhausted" if last != "no_replica" else "no_replica",
+                               f"{state.attempts} attempts used up (last: {last})")
+        if time.monotonic() - state.started > self.config.deadline_s:
+            raise ResumeFailed("deadline", f"past the request's deadline of {self.config.deadline_s} s")
+        state.attempts += 1
+        self.metrics.attempts.labels(model).inc()
+        if state.attempts > 1:
+            await asyncio.sleep(min(1.0, 0.1 * 2 ** (state.attempts - 2)))
+
+    async def _restart(self, state: Stream, headers: dict[str, str], write) -> str | None:
+        """The original request again; None at its end, or why it broke."""
+        last = "no_replica"
+        while True:
+            await self._spend_attempt(state, str(state.body.get("model")), last)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.config.upstream_idle_timeout_s)
+            assert self._session is not None
+            try:
+                upstream = await self._session.post(self.upstream + state.path, data=json.dumps(state.upstream_body).encode(),
+                                                    headers=headers, timeout=timeout)
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                continue
+            async with upstream:
+                if upstream.status != 200:
+                    last = "no_replica" if upstream.status in (502, 503, 504) else f"HTTP {upstream.status}"
+                    continue
+                try:
+                    await self._relay_first(upstream, state, write)
+                except Break as exc:
+                    return str(exc)
+                return None
+
     async def _continue(self, state: Stream, headers: dict[str, str], write) -> str | None:
         """One continuation; returns None at the answer's end, or why it broke again. ResumeFailed when it may not go on."""
         model = str(state.model)
-        attempts = 0
         last = ""
         while True:
-            if attempts >= self.config.max_attempts:
-                raise ResumeFailed("attempts_exhausted" if last != "no_replica" else "no_replica",
-                                   f"{attempts} continuation attempts used up (last: {last})")
-            if time.monotonic() - state.started > self.config.deadline_s:
-                raise ResumeFailed("deadline", f"past the request's deadline of {self.config.deadline_s} s")
             body = self._continuation_body(state)
             if "max_tokens" in body and body["max_tokens"] <= 0:
                 # every token it may have is here: the break took only the finish chunk
@@ -558,11 +598,8 @@ class Relay:
             if len(body["prompt"]) > self.config.max_replay_tokens:
                 raise ResumeFailed("replay_too_long", f"the replay ({len(body['prompt'])} tokens) exceeds "
                                                       f"max_replay_tokens {self.config.max_replay_tokens}")
-            attempts += 1
-            self.metrics.attempts.labels(model).inc()
+            await self._spend_attempt(state, model, last)
             self.metrics.replayed.labels(model).inc(len(body["prompt"]))
-            if attempts > 1:
-                await asyncio.sleep(min(1.0, 0.1 * 2 ** (attempts - 2)))
             send = {**headers, RESUME_HEADER: CONTINUATION, "content-type": "application/json"}
             assert self._session is not None
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.config.upstream_idle_timeout_s)

@@ -151,3 +151,22 @@ def test_a_continuation_is_not_charged_to_the_client() -> None:
             client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
         with pytest.raises(openai.AuthenticationError):
             _client(stack, "wrong").chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2)
+
+
+def test_a_replica_lost_before_its_first_token_is_asked_again() -> None:
+    """A completion stream sends nothing before its first token (vLLM's neither: its first chunk follows the
+    prefill); a replica SIGKILLed then leaves no token IDs to resume from, so the relay sends the request again."""
+    body = {"model": MODEL, "prompt": "a prompt whose prefill takes long", "max_tokens": 20}
+    expected = reference_text("completion", body)
+    with resume_stack(flags=("--ttft", "1.5", "--itl", "0.01")) as stack:
+        client = _client(stack)
+        result = {}
+        worker = threading.Thread(target=lambda: result.update(text="".join(
+            c.choices[0].text for c in client.completions.create(**body, stream=True) if c.choices)))
+        worker.start()
+        wait_streaming(stack.replicas).kill()
+        worker.join(timeout=60)
+        metrics = stack.relay.metrics()
+    assert result["text"] == expected
+    assert metric(metrics, "gennstack_resume_attempts_total", model=MODEL) == 1
+    assert metric(metrics, "gennstack_resume_replayed_tokens_total", model=MODEL) == 0
