@@ -253,6 +253,12 @@ class Relay:
     def _headers(headers: Any) -> dict[str, str]:
         return {k: v for k, v in headers.items() if k.lower() not in _HOP}
 
+    @staticmethod
+    def _request_headers(headers: Any) -> dict[str, str]:
+        """What goes upstream: no hop-by-hop headers and no x-envoy-* (the routing Envoy trusts those from an
+        internal address: a client's x-envoy-max-retries must not reach it through the relay)."""
+        return {k: v for k, v in headers.items() if k.lower() not in _HOP and not k.lower().startswith("x-envoy-")}
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self._enter()
         try:
@@ -279,7 +285,7 @@ class Relay:
         url = self.upstream + request.rel_url.path_qs
         try:
             upstream = await self._session.request(request.method, url, data=body if body else None,
-                                                   headers=self._headers(request.headers))
+                                                   headers=self._request_headers(request.headers))
         except (aiohttp.ClientError, OSError) as exc:
             return _error_response(502, f"upstream unreachable: {exc}")
         async with upstream:
@@ -308,7 +314,7 @@ class Relay:
         upstream_body = {**body, "stream": True, "return_token_ids": True,
                          "stream_options": {**stream_options, "include_usage": True}}
         state.path, state.upstream_body = request.path, upstream_body
-        headers = self._headers(request.headers)
+        headers = self._request_headers(request.headers)
         headers["content-type"] = "application/json"
         assert self._session is not None
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.config.upstream_idle_timeout_s)

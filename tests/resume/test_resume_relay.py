@@ -223,3 +223,34 @@ def test_sigterm_fails_healthz_finishes_the_stream_and_exits() -> None:
         assert relay.proc.wait(timeout=30) == 0
     finally:
         server.stop()
+
+
+def test_upstream_request_asks_for_token_ids_and_drops_x_envoy_headers() -> None:
+    """What the routing half gets: stream true, return_token_ids, include_usage, the client's own fields and headers,
+    and no x-envoy-* (Envoy trusts those from an internal address); a non-stream answer it passes on as it came."""
+    from tests.mock_llm import RecordingServer
+
+    async def go(url: str) -> tuple[int, dict]:
+        relay = Relay(ResumeConfig(), url)
+        runner = web.AppRunner(relay.app())
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions",
+                                        json={"model": "m", "messages": MESSAGES, "temperature": 0.5},
+                                        headers={"x-envoy-max-retries": "9", "x-gennstack-client": "alice"}) as resp:
+                    return resp.status, await resp.json()
+        finally:
+            await runner.cleanup()
+
+    with RecordingServer() as server:
+        status, answer = asyncio.run(go(server.base_url.removesuffix("/v1")))
+        [(headers, raw)] = server.seen
+    body = json.loads(raw)
+    assert status == 200 and answer["choices"][0]["message"]["content"] == "ok"
+    assert body == {"model": "m", "messages": MESSAGES, "temperature": 0.5, "stream": True, "return_token_ids": True,
+                    "stream_options": {"include_usage": True}}
+    assert headers["x-gennstack-client"] == "alice" and "x-envoy-max-retries" not in headers
