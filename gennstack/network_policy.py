@@ -35,7 +35,7 @@ import ipaddress
 from typing import Any
 
 from gennstack.controller_values import KUBERAY_NAMESPACE
-from gennstack.gateway.values import ENVOY_GATEWAY_NAMESPACE
+from gennstack.gateway.names import ENVOY_GATEWAY_NAMESPACE
 from gennstack.observability.names import MONITORING_NAMESPACE
 
 KEDA_NAMESPACE = "keda"

@@ -22,6 +22,7 @@ from itertools import count
 
 import pytest
 
+from tests.gateway.conftest import RELAY_IMAGE
 from gennstack import network_policy
 from gennstack.config import load_config
 from gennstack.gateway.config import routing_table
@@ -60,7 +61,7 @@ def _rendered() -> tuple[list[dict], list[dict], list[dict]]:
     gateway = config.gateway
     gateway_objects = helm.render(GATEWAY_CHART, gateway_chart_values(
         gateway, routing_table(gateway, set(config.generations.enabled())), region="us-east-1",
-        api_keys_secret_name="k", redis_secret_name="r"), namespace=gateway.namespace, release="gennstack-gateway")
+        resume_image=RELAY_IMAGE, api_keys_secret_name="k", redis_secret_name="r"), namespace=gateway.namespace, release="gennstack-gateway")
     bench = helm.render(BENCH_CHART, {
         "image": {"repository": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gennstack-bench"},
         "target": {"baseUrl": "https://envoy-gennstack-gateway.envoy-gateway-system.svc.cluster.local/v1",
@@ -351,7 +352,7 @@ def test_off_renders_no_policy_but_the_redis_one() -> None:
     assert names == {"gen1-inf2-redis"}
     gateway = config.gateway
     gateway_values = gateway_chart_values(gateway, routing_table(gateway, set(config.generations.enabled())),
-                                          region="us-east-1", api_keys_secret_name="k", redis_secret_name="r",
+                                          region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="k", redis_secret_name="r",
                                           network_policies=False)
     names = {p["metadata"]["name"] for p in network_policies(helm.render(GATEWAY_CHART, gateway_values,
                                                                          namespace=gateway.namespace, release="gennstack-gateway"),

@@ -28,6 +28,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from gennstack.config_base import GENERATION_NAMES, FieldError, StrictModel
 from gennstack.gateway.names import backend_object_name, collisions, rule_name
+from gennstack.gateway.resume_support import SERVER_SUPPORT
 
 __all__ = [
     "AliasTarget",
@@ -39,6 +40,7 @@ __all__ = [
     "LoadBalancerConfig",
     "ModelBackend",
     "RateLimitConfig",
+    "ResumeSettings",
     "ResilienceConfig",
     "Route",
     "RouteBackend",
@@ -421,6 +423,59 @@ class RoutingConfig(StrictModel):
         return self.generations.get(generation, "least_request")
 
 
+def _default_resume_generations() -> dict[str, bool]:
+    return {generation: entry.supported for generation, entry in SERVER_SUPPORT.items()}
+
+
+class ResumeSettings(StrictModel):
+    """Token-exact stream resume (docs/gateway.md, "Stream resume"): the relay between the public
+    Gateway and the routing Gateway continues a stream whose server died, from the next token, on
+    another server of the same model. Per generation, on by default where its server supports it
+    (gennstack.gateway.resume_support); the relay's bounds."""
+
+    # The relay and the second, cluster-internal Gateway. False: one Gateway, as before (no resume).
+    enabled: bool = True
+    # Per generation: resume its models' streams. A generation whose server lacks what a resumed
+    # stream needs cannot be turned on (resume_support names what is missing).
+    generations: dict[Generation, bool] = Field(default_factory=_default_resume_generations)
+    # Served model names whose output is Harmony (GPT-OSS: reasoning and final channels, tool calls);
+    # names not in models are ignored unless set here explicitly, then they must be in models.
+    harmony_models: tuple[str, ...] = ("gpt-oss-20b",)
+    # Relay replicas, on the system (on-demand) nodes; at least 2 with a PodDisruptionBudget of 1.
+    replicas: Annotated[int, Field(ge=2, le=20)] = 2
+    # Upstream attempts per client request after the first (each break spends one).
+    max_attempts: Annotated[int, Field(ge=0, le=100)] = 3
+    # The longest replay: prompt IDs plus generated IDs a continuation may send.
+    max_replay_tokens: Annotated[int, Field(ge=1, le=10_000_000)] = 32768
+    # An upstream stream silent this long counts as broken (below resilience.stream_idle_timeout_s,
+    # which would reset it later anyway).
+    upstream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 30
+
+    @field_validator("generations")
+    @classmethod
+    def _supported(cls, value: dict[str, bool]) -> dict[str, bool]:
+        for generation, on in value.items():
+            entry = SERVER_SUPPORT[generation]
+            if on and not entry.supported:
+                raise ValueError(f"{generation}: its server ({entry.server}) cannot resume a stream: {entry.reason}")
+        return value
+
+    def on(self, generation: str) -> bool:
+        """Whether ``generation``'s streams are resumed (the relay on and the generation on)."""
+        return self.enabled and self.generations.get(generation, SERVER_SUPPORT[generation].supported)
+
+    def reason_off(self, generation: str) -> str | None:
+        """Why ``generation``'s streams are not resumed, or None where they are."""
+        entry = SERVER_SUPPORT[generation]
+        if not entry.supported:
+            return f"{entry.server}: {entry.reason}"
+        if not self.enabled:
+            return "gateway.resume.enabled is false"
+        if not self.on(generation):
+            return f"gateway.resume.generations.{generation} is false"
+        return None
+
+
 _DEFAULT_MODELS = {
     "llama-3-70b-instruct": ModelBackend(generation="inf2", service="gen1-inf2-serve-svc"),
     "llama-4-maverick": ModelBackend(generation="trn2", service="gen2-trn2"),
@@ -481,6 +536,8 @@ class GatewayConfig(StrictModel):
     routing: RoutingConfig = RoutingConfig()
     envoy_replicas: Annotated[int, Field(ge=1, le=20)] = 2
     """Envoy proxy replicas (on the system nodes, 510m CPU each in the fit check)."""
+    resume: ResumeSettings = ResumeSettings()
+    """Stream resume behind the public Gateway: the relay, which generations it resumes, its bounds (docs/gateway.md, "Stream resume")."""
 
     @field_validator("namespace", "serving_namespace")
     @classmethod
@@ -540,6 +597,13 @@ class GatewayConfig(StrictModel):
                 raise FieldError(f"fallback_on.{name}", list(reasons),
                                  f"one or more of {sorted(FALLBACK_STATUS)}, each at most once")
         self._unique_kubernetes_names()
+        for name in self.resume.harmony_models if "harmony_models" in self.resume.model_fields_set else ():
+            if name not in self.models:
+                raise FieldError("resume.harmony_models", name, f"a model from models: {sorted(self.models)}")
+        if self.resume.enabled and self.resume.upstream_idle_timeout_s >= self.resilience.stream_idle_timeout_s:
+            raise FieldError("resume.upstream_idle_timeout_s", self.resume.upstream_idle_timeout_s,
+                             f"less than resilience.stream_idle_timeout_s ({self.resilience.stream_idle_timeout_s}): "
+                             "the relay must see a silent stream before Envoy resets it")
         if len(self.models) + len(self.aliases) > MAX_ROUTES:
             raise FieldError("aliases", len(self.models) + len(self.aliases),
                              f"at most {MAX_ROUTES} model names and aliases together (AI Gateway rules per route)")

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import re
 
+# Envoy Gateway's own namespace, where it runs every Gateway's proxies (the gateway-helm release's).
+ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"
+
 # The project chart's release name; its fullname (the prefix of its objects) is the same.
 GATEWAY_RELEASE = "gennstack-gateway"
 # Kubernetes object names and AIGatewayRoute rule names: RFC 1123 labels, at most 63 characters here.

@@ -15,12 +15,14 @@ from gennstack.gateway.envoy_common import (AI_GATEWAY_JSON_STATUSES, CLUSTER_RE
                                              UPSTREAM_IDLE_TIMEOUT_S, UPSTREAM_MAX_CONNECTION_S,
                                              local_reply_config)
 from gennstack.gateway.lua import ACCEPTED_PATHS, prefix_key_script
-from gennstack.gateway.names import GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
+from gennstack.gateway.names import ENVOY_GATEWAY_NAMESPACE, GATEWAY_RELEASE, backend_host, backend_object_name, rule_name
+from gennstack.network_policy import DNS_PEER, PROMETHEUS_POD_LABELS
+from gennstack.observability.names import MONITORING_NAMESPACE
+from gennstack.resume.config import ModelResume, ResumeConfig
 from gennstack.observability.names import CLIENT_ATTRIBUTE
 
 # Release names and namespaces of the upstream charts. The AI Gateway's extension server address
 # and the Redis URL below are derived from them, so they are fixed, not configurable.
-ENVOY_GATEWAY_NAMESPACE = "envoy-gateway-system"
 AI_GATEWAY_NAMESPACE = "envoy-ai-gateway-system"
 AI_GATEWAY_CONTROLLER = "ai-gateway-controller"  # the ai-gateway-helm chart's controller.fullnameOverride
 EXTERNAL_SECRETS_NAMESPACE = "external-secrets"
@@ -65,6 +67,25 @@ PROXY_DNS_NDOTS = backend_host("service", "namespace").count(".")
 SECRETS_REFRESH_INTERVAL = "1m"
 
 
+# Stream resume (docs/gateway.md, "Stream resume"): the relay between the public Gateway and the routing
+# Gateway. The routing Gateway's proxies are a ClusterIP Service Envoy Gateway names from the EnvoyProxy
+# (envoyService.name, v1.8.3), listening on a plain-HTTP port >= 1024, which Envoy Gateway v1.8.3 keeps as
+# the container port (internal/gatewayapi/listener.go: only ports below minEphemeralPort 1024 are shifted
+# by wellKnownPortShift 10000), so one number serves the Service, the pods and the NetworkPolicies.
+ROUTING_GATEWAY = f"{GATEWAY_RELEASE}-routing"
+ROUTING_LISTENER = "http"
+ROUTING_PORT = 8080
+RESUME_RELAY = f"{GATEWAY_RELEASE}-resume"  # the relay's Deployment, Service, ConfigMap (mirrors _helpers.tpl)
+RESUME_PORT = 8080
+RESUME_METRICS_PORT = 9464
+# Sizing assumption until benchmarks/bench_resume_relay.py measures the relay's tokens/s per core: one
+# relay core carries 20,000 streamed tokens/s (a chunk is ~200 bytes of JSON parsed and re-written), so
+# two replicas at 500m request serve 20,000 tokens/s, what ~400 streams at 50 tokens/s ask; bursts use
+# the node's idle CPU (no CPU limit).
+RESUME_TOKENS_PER_CORE_S = 20_000
+RESUME_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+
+
 def _duration(seconds: int) -> str:
     return f"{seconds}s"
 
@@ -72,6 +93,52 @@ def _duration(seconds: int) -> str:
 def redis_url(gateway: GatewayConfig) -> str:
     """Where Envoy Gateway's rate-limit service finds the project chart's Redis."""
     return f"{GATEWAY_RELEASE}-redis.{gateway.namespace}.svc.cluster.local:6379"
+
+
+def routing_upstream(namespace: str = ENVOY_GATEWAY_NAMESPACE) -> str:
+    """The routing Gateway's in-cluster URL, the relay's ``--upstream``."""
+    return f"http://{ROUTING_GATEWAY}.{namespace}.svc.cluster.local:{ROUTING_PORT}"
+
+
+def resume_config(gateway: GatewayConfig, table: RoutingTable) -> ResumeConfig:
+    """The relay's ResumeConfig for the enabled models: keyed by the name each server serves (what its
+    chunks carry in ``model``), resume on where its generation's is (config.ResumeSettings.on), the
+    reason where not; the whole-request deadline is the route's (resilience.request_timeout_s)."""
+    r = gateway.resume
+    models = {}
+    for name, backend in table.backends.items():
+        reason = r.reason_off(backend.generation)
+        models[name] = ModelResume(resume=reason is None, harmony=name in r.harmony_models, reason_off=reason)
+    return ResumeConfig(models=models, max_attempts=r.max_attempts, max_replay_tokens=r.max_replay_tokens,
+                        deadline_s=float(gateway.resilience.request_timeout_s),
+                        upstream_idle_timeout_s=float(r.upstream_idle_timeout_s))
+
+
+def resume_grace_s(gateway: GatewayConfig) -> int:
+    """The relay pod's terminationGracePeriodSeconds: a stopping relay finishes its streams, the longest
+    the route allows (request_timeout_s, also the relay's deadline), after the front Envoy stops sending
+    it new ones (it leaves the Service once /healthz answers 503: MIN_DRAIN_S covers the endpoint update)."""
+    return gateway.resilience.request_timeout_s + MIN_DRAIN_S
+
+
+def resume_values(gateway: GatewayConfig, table: RoutingTable, image: str) -> dict[str, Any]:
+    """The chart's ``resume`` values: the relay (image, replicas, ports, the ResumeConfig JSON) and the
+    routing Gateway behind it."""
+    r = gateway.resume
+    return {
+        "enabled": r.enabled,
+        "image": image,
+        "replicas": r.replicas,
+        "port": RESUME_PORT,
+        "metricsPort": RESUME_METRICS_PORT,
+        "resources": RESUME_RESOURCES,
+        "terminationGracePeriodSeconds": resume_grace_s(gateway),
+        # helm drops null values: a reason_off of None is left out (ResumeConfig's default)
+        "config": resume_config(gateway, table).model_dump(mode="json", exclude_none=True),
+        "routing": {"name": ROUTING_GATEWAY, "listener": ROUTING_LISTENER, "port": ROUTING_PORT},
+        "prometheus": {"namespace": MONITORING_NAMESPACE, "podLabels": dict(PROMETHEUS_POD_LABELS)},
+        "dns": {"namespace": DNS_PEER["namespace"], "podLabels": dict(DNS_PEER["podLabels"])},
+    }
 
 
 def gateway_name() -> str:
@@ -135,14 +202,15 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
                          vpc_cidr: str = "10.0.0.0/16",  # the CDK ec2.Vpc default; the construct passes its VPC's
                          system_node_selector: dict[str, str] | None = None,
                          system_tolerations: list[dict[str, str]] | None = None,
-                         network_policies: bool = True) -> dict[str, Any]:
+                         network_policies: bool = True, resume_image: str = "") -> dict[str, Any]:
     """Values of ``assets/charts/gennstack-gateway`` for the routing table of enabled models.
 
     ``region``, ``api_keys_secret_name``, ``redis_secret_name`` and ``url_suffix`` (the partition's
     DNS suffix) may be CDK tokens; they are names, never secret values. ``redis_secret_name`` is
     required when the rate limit is on. ``vpc_cidr`` (the VPC's CIDR, may be a token) is the internal
     NLB's client range when ``allowed_cidrs`` is empty. ``network_policies``: the namespace's
-    default-deny NetworkPolicy (``cluster.network_policies``).
+    default-deny NetworkPolicy (``cluster.network_policies``). ``resume_image``: the relay's image (the
+    construct's DockerImageAsset; may be a token), required while ``gateway.resume.enabled``.
     """
     resilience = gateway.resilience
     lb = gateway.load_balancer
@@ -247,6 +315,7 @@ def gateway_chart_values(gateway: GatewayConfig, table: RoutingTable, *, region:
         "tolerations": list(system_tolerations or []),
         "envoyPatches": envoy_patch_values(),
         "prefixRouting": prefix_routing_values(gateway, table),
+        "resume": resume_values(gateway, table, resume_image),
     }
 
 

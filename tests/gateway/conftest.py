@@ -59,3 +59,15 @@ def start_local_gateway(gateway, endpoints: dict[str, str], **settings):
         gw.stop()
         raise
     return gw
+
+
+# The relay's image in chart renders (the construct passes its DockerImageAsset's URI).
+RELAY_IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gennstack-resume:1"
+# The objects of the stream-resume relay and of the routing Gateway (templates/resume*.yaml), checked in
+# tests/gateway/test_gateway_resume_chart.py; tests of the public Gateway and the model routes leave them out.
+RESUME_OBJECTS = {"gennstack-gateway-resume", "gennstack-gateway-front", "gennstack-gateway-routing"}
+
+
+def without_resume(docs: list[dict]) -> list[dict]:
+    """``docs`` without the resume relay's and the routing Gateway's objects (RESUME_OBJECTS)."""
+    return [d for d in docs if d["metadata"]["name"] not in RESUME_OBJECTS]

@@ -12,6 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.gateway.conftest import RELAY_IMAGE
 from gennstack import versions
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
@@ -20,6 +21,7 @@ from gennstack.gateway.values import (CLIENT_HEADER, MIN_DRAIN_S, RATE_LIMIT_POD
                                       REDIS_AUTH_SECRET, ai_gateway_values, backend_object_name, drain_timeout_s,
                                       envoy_gateway_values, gateway_chart_values, redis_url)
 from gennstack.config_base import frozen
+from gennstack.gateway.names import GATEWAY_RELEASE
 from tests.gateway.conftest import validate_chart_objects
 from tests.helm import undocumented_values
 from tests.k8s_schema import validate
@@ -47,7 +49,7 @@ VARIANT = {
 
 def render(helm: Path, gateway: GatewayConfig, enabled=("inf2", "trn2", "g6e"), *extra: str) -> list[dict]:
     values = gateway_chart_values(gateway, routing_table(gateway, set(enabled)), region="us-east-1",
-                                  api_keys_secret_name=API_KEYS, redis_secret_name=REDIS)
+                                  resume_image=RELAY_IMAGE, api_keys_secret_name=API_KEYS, redis_secret_name=REDIS)
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
                            "--values", "-", *extra], input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -58,10 +60,17 @@ def _validate_all(docs: list[dict]) -> None:
     validate_chart_objects(docs)
 
 
+# The objects of the stream-resume relay and the routing Gateway (templates/resume*.yaml), which
+# tests/gateway/test_gateway_resume_chart.py checks; the tests here are about the public Gateway and the
+# model routes, which stay what they were (the model routes move to the routing Gateway).
+RESUME_OBJECTS = {f"{GATEWAY_RELEASE}-resume", f"{GATEWAY_RELEASE}-front", f"{GATEWAY_RELEASE}-routing"}
+
+
 def _by_kind(docs: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for doc in docs:
-        out.setdefault(doc["kind"], []).append(doc)
+        if doc["metadata"]["name"] not in RESUME_OBJECTS:
+            out.setdefault(doc["kind"], []).append(doc)
     return out
 
 
@@ -82,7 +91,7 @@ def test_every_object_validates(default_docs, variant_docs) -> None:
     assert {"GatewayClass", "Gateway", "EnvoyProxy", "ClientTrafficPolicy", "AIGatewayRoute", "AIServiceBackend",
             "Backend", "BackendTrafficPolicy", "SecurityPolicy", "ClusterSecretStore", "ExternalSecret",
             "Deployment", "Service", "NetworkPolicy", "EnvoyPatchPolicy", "Secret", "ConfigMap",
-            "EnvoyExtensionPolicy"} == kinds
+            "EnvoyExtensionPolicy", "PodDisruptionBudget"} == kinds
     assert "GatewayConfig" in {d["kind"] for d in variant_docs}
 
 
@@ -359,7 +368,7 @@ def test_values_yaml_is_the_default_config_and_documented() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.validate(values, schema)
     gateway = GatewayConfig()
-    built = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="")
+    built = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="")
     for key in ("backends", "routes", "resilience", "rateLimit", "bufferLimit", "langfuse", "redis", "prefixRouting"):
         assert values[key] == built[key], key
     jsonschema.validate(built, schema)
@@ -382,7 +391,7 @@ def test_external_secrets_objects_meet_their_crds(default_docs) -> None:
 def system_docs(helm) -> list[dict]:
     """Rendered with the system node placement the construct passes."""
     gateway = GatewayConfig()
-    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name=API_KEYS,
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name=API_KEYS,
                                   redis_secret_name=REDIS, system_node_selector=SYSTEM_NODE_SELECTOR,
                                   system_tolerations=SYSTEM_TOLERATIONS)
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
@@ -558,11 +567,11 @@ def test_an_internal_nlb_without_allowed_cidrs_lets_in_only_the_vpc(helm) -> Non
         allowed_cidrs(gateway, "")
     listed = GatewayConfig.model_validate(frozen({"load_balancer": {"allowed_cidrs": ["192.168.0.0/24"]}}))
     assert allowed_cidrs(listed, "10.42.0.0/16") == ["192.168.0.0/24"]
-    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k",
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="k",
                                   redis_secret_name="r", vpc_cidr="10.42.0.0/16")
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--values", "-"],
                           input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (proxy,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "EnvoyProxy"]
+    (proxy,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "EnvoyProxy" and d["metadata"]["name"] not in RESUME_OBJECTS]
     service = proxy["spec"]["provider"]["kubernetes"]["envoyService"]
     assert service["loadBalancerSourceRanges"] == ["10.42.0.0/16"]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.gateway.conftest import RELAY_IMAGE, without_resume
 from gennstack.cli import main
 from gennstack.config import ConfigError, load_config
 from gennstack.gateway.config import PREFIX_KEY_HEADER, GatewayConfig, routing_table
@@ -35,11 +36,11 @@ ON = {"serving": {"multi_node": {"enabled": True}}}
 
 def render(helm: Path, config) -> list[dict]:
     table = routing_table(config.gateway, set(config.generations.enabled()))
-    values = gateway_chart_values(config.gateway, table, region="us-east-1", api_keys_secret_name="k", redis_secret_name="r")
+    values = gateway_chart_values(config.gateway, table, region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="k", redis_secret_name="r")
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", config.gateway.namespace,
                            "--values", "-"], input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    return without_resume([d for d in yaml.safe_load_all(proc.stdout) if d])
 
 
 def rules(docs: list[dict]) -> dict[str, dict]:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.gateway.conftest import RELAY_IMAGE
 from gennstack.config_base import frozen
 from gennstack.gateway.config import MAX_ROUTES, GatewayConfig, routing_table
 from gennstack.gateway.envoy_common import (
@@ -26,6 +27,7 @@ from gennstack.gateway.envoy_common import (
     OVERPROVISIONING_FACTOR,
     local_reply_config,
 )
+from gennstack.gateway.config import ResumeSettings
 from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_binary, envoy_bootstrap
 from gennstack.gateway.values import GATEWAY_LISTENER, envoy_patch_values, gateway_chart_values
 
@@ -37,7 +39,10 @@ MAGLEV_BALANCE_PATH = "/load_balancing_policy/policies/0/typed_extension_config/
 
 
 def _render(helm: Path, gateway: GatewayConfig, namespace: str = "gennstack-gateway") -> dict[str, list[dict]]:
-    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k",
+    """The chart with stream resume off: one Gateway carries the model routes and their patches. With resume
+    on the same patches go to the routing Gateway (tests/gateway/test_gateway_resume_chart.py)."""
+    gateway = gateway.model_copy(update={"resume": ResumeSettings(enabled=False)})
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="k",
                                   redis_secret_name="r")
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", namespace, "--values", "-"],
                           input=json.dumps(values), capture_output=True, text=True, timeout=120)

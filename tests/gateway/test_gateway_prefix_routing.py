@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.gateway.conftest import RELAY_IMAGE, without_resume
 from gennstack.config_base import frozen
 from gennstack.gateway.config import PREFIX_KEY_HEADER, SESSION_HEADER, GatewayConfig, routing_table
 from gennstack.gateway.envoy_common import bounded_load_max_share, bounded_load_slots
@@ -326,12 +327,12 @@ def test_a_killed_servers_keys_move_and_nothing_fails() -> None:
 
 
 def _render(helm: Path, gateway: GatewayConfig) -> list[dict]:
-    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k",
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="k",
                                   redis_secret_name="r")
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
                            "--values", "-"], input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    return without_resume([d for d in yaml.safe_load_all(proc.stdout) if d])
 
 
 @pytest.mark.slow
@@ -357,7 +358,9 @@ def test_cluster_objects_for_a_prefix_routed_rule(helm) -> None:
     assert balance["operation"] == {"op": "add", "value": {"hash_balance_factor": 125},
                                     "path": "/load_balancing_policy/policies/0/typed_extension_config/typed_config/consistent_hashing_lb_config"}
     (eep,) = [d for d in docs if d["kind"] == "EnvoyExtensionPolicy"]
-    assert eep["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": route["metadata"]["name"]}]
+    # on the Gateway that carries the model routes (the routing Gateway while stream resume is on)
+    assert eep["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                          "name": route["spec"]["parentRefs"][0]["name"]}]
     assert eep["spec"]["lua"] == [{"type": "Inline", "inline": prefix_key_script(1024, ACCEPTED_PATHS, ("gpt-oss-20b",))}]
 
     off = _render(helm, _config(routing={"generations": {"g6e": "least_request"}}))

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.gateway.conftest import RELAY_IMAGE, without_resume
 from gennstack.gateway.config import GatewayConfig, routing_table
 from gennstack.gateway.values import gateway_chart_values
 
@@ -43,12 +44,12 @@ def _binaries() -> tuple[str, str]:
 
 def _container(helm: Path) -> dict:
     gateway = GatewayConfig()
-    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", api_keys_secret_name="k",
+    values = gateway_chart_values(gateway, routing_table(gateway), region="us-east-1", resume_image=RELAY_IMAGE, api_keys_secret_name="k",
                                   redis_secret_name="gennstack/gateway-redis")
     proc = subprocess.run([str(helm), "template", "gennstack-gateway", str(CHART), "--namespace", gateway.namespace,
                            "--values", "-"], input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    (deployment,) = [d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "Deployment"]
+    (deployment,) = [d for d in without_resume([d for d in yaml.safe_load_all(proc.stdout) if d]) if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     return container
 

@@ -147,3 +147,35 @@ loadBalancer:
 {{- define "gennstack-gateway.caConfigMap" -}}
 {{- printf "%s-ca" (include "gennstack-gateway.fullname" .) }}
 {{- end }}
+
+{{/*
+The Gateway the model routes (AIGatewayRoute, their policies, patches and the prefix key) attach to:
+with stream resume on, the cluster-internal routing Gateway behind the relay; otherwise the public one.
+*/}}
+{{- define "gennstack-gateway.routingGateway" -}}
+{{- if .Values.resume.enabled }}
+{{- default (printf "%s-routing" (include "gennstack-gateway.gatewayName" .)) .Values.resume.routing.name }}
+{{- else }}
+{{- include "gennstack-gateway.gatewayName" . }}
+{{- end }}
+{{- end }}
+
+{{/* The routing Gateway's listener the EnvoyPatchPolicy's local replies go to. */}}
+{{- define "gennstack-gateway.routingListener" -}}
+{{- if .Values.resume.enabled }}{{ .Values.resume.routing.listener }}{{ else }}{{ .Values.envoyPatches.listener }}{{ end }}
+{{- end }}
+
+{{/* The relay's Deployment, Service, ConfigMap, PodDisruptionBudget and PodMonitor. */}}
+{{- define "gennstack-gateway.resumeName" -}}
+{{- printf "%s-resume" (include "gennstack-gateway.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The AIGatewayRoute (and the HTTPRoute generated from it) of the public Gateway, to the relay. */}}
+{{- define "gennstack-gateway.frontRoute" -}}
+{{- printf "%s-front" (include "gennstack-gateway.gatewayName" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "gennstack-gateway.resumeSelectorLabels" -}}
+{{ include "gennstack-gateway.selectorLabels" . }}
+app.kubernetes.io/component: resume-relay
+{{- end }}
