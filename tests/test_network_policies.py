@@ -116,6 +116,9 @@ def system() -> tuple[list[dict], dict[str, Endpoint]]:
     for name, namespace, labels in (
         ("envoy-proxy", network_policy.ENVOY_GATEWAY_NAMESPACE,
          {**network_policy.PROXY_POD_LABELS, "gateway.envoyproxy.io/owning-gateway-name": "gennstack-gateway"}),
+        # the routing Gateway's proxies behind the stream-resume relay (templates/resume-routing.yaml)
+        ("envoy-proxy-routing", network_policy.ENVOY_GATEWAY_NAMESPACE,
+         {**network_policy.PROXY_POD_LABELS, "gateway.envoyproxy.io/owning-gateway-name": "gennstack-gateway-routing"}),
         ("envoy-ratelimit", network_policy.ENVOY_GATEWAY_NAMESPACE, RATE_LIMIT_POD_LABELS),
         ("envoy-gateway-controller", network_policy.ENVOY_GATEWAY_NAMESPACE, {"app.kubernetes.io/name": "gateway-helm"}),
         ("prometheus", MONITORING_NAMESPACE, {**network_policy.PROMETHEUS_POD_LABELS, "prometheus": "gennstack-monitoring-prometheus"}),
@@ -178,6 +181,11 @@ ALLOWED = [
     ("envoy-ratelimit", "gennstack-gateway-redis", 6379),
     # the bench Job to the gateway and to S3
     ("bench", "envoy-proxy", 443), ("bench", "s3", 443), ("bench", "pod-identity-agent", 80),
+    # stream resume: the public proxies to the relay, the relay to the routing proxies, those to every server;
+    # Prometheus scrapes the relay and the routing proxies
+    ("envoy-proxy", "gennstack-gateway-resume", 8080), ("gennstack-gateway-resume", "envoy-proxy-routing", 8080),
+    *[("envoy-proxy-routing", server, 8000) for server in SERVERS],
+    ("prometheus", "gennstack-gateway-resume", 9464), ("prometheus", "envoy-proxy-routing", 19001),
 ]
 
 DENIED = [
@@ -221,6 +229,12 @@ DENIED = [
     ("gennstack-gateway-redis", "coredns", 53),
     # the bench pod takes no connection
     ("other-workload", "bench", 8080),
+    # the routing proxies check no API key: only the relay reaches them, nobody reaches the relay but the
+    # public proxies, and the relay reaches nothing else (no server directly, no internet)
+    *[(pod, "envoy-proxy-routing", 8080) for pod in ("other-workload", "bench", "gen3-g6e", "envoy-proxy")],
+    *[(pod, "gennstack-gateway-resume", 8080) for pod in ("other-workload", "bench", "gen3-g6e", "envoy-proxy-routing")],
+    ("gennstack-gateway-resume", "gen3-g6e", 8000), ("gennstack-gateway-resume", "internet", 443),
+    ("gennstack-gateway-resume", "envoy-proxy", 443), ("gennstack-gateway-resume", "gennstack-gateway-redis", 6379),
 ]
 
 
@@ -252,7 +266,8 @@ def test_every_pod_of_gennstack_s_namespaces_resolves_names_but_the_idle_and_the
     for pod in pods.values():
         if pod.namespace not in (SERVING, SPARES, "gennstack-gateway"):
             continue
-        expected = pod.namespace == SERVING or pod.labels.get("app.kubernetes.io/component") == "benchmark"
+        # the relay resolves the routing proxies' Service
+        expected = pod.namespace == SERVING or pod.labels.get("app.kubernetes.io/component") in ("benchmark", "resume-relay")
         for protocol in ("UDP", "TCP"):
             assert allowed(policies, pod, dns, 53, protocol) is expected, (pod.name, protocol)
 

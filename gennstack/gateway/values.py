@@ -114,6 +114,15 @@ def resume_config(gateway: GatewayConfig, table: RoutingTable) -> ResumeConfig:
                         upstream_idle_timeout_s=float(r.upstream_idle_timeout_s))
 
 
+def resume_config_values(config: ResumeConfig) -> dict[str, Any]:
+    """The ResumeConfig as chart values: ``models`` a list of ``{name, ...}`` (helm would merge a map with
+    the chart's default models; templates/resume.yaml turns it back into the map), a reason_off of None
+    left out (helm drops null values; it is ResumeConfig's default)."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    data["models"] = [{"name": name, **model} for name, model in data["models"].items()]
+    return data
+
+
 def resume_grace_s(gateway: GatewayConfig) -> int:
     """The relay pod's terminationGracePeriodSeconds: a stopping relay finishes its streams, the longest
     the route allows (request_timeout_s, also the relay's deadline), after the front Envoy stops sending
@@ -133,8 +142,7 @@ def resume_values(gateway: GatewayConfig, table: RoutingTable, image: str) -> di
         "metricsPort": RESUME_METRICS_PORT,
         "resources": RESUME_RESOURCES,
         "terminationGracePeriodSeconds": resume_grace_s(gateway),
-        # helm drops null values: a reason_off of None is left out (ResumeConfig's default)
-        "config": resume_config(gateway, table).model_dump(mode="json", exclude_none=True),
+        "config": resume_config_values(resume_config(gateway, table)),
         "routing": {"name": ROUTING_GATEWAY, "listener": ROUTING_LISTENER, "port": ROUTING_PORT},
         "prometheus": {"namespace": MONITORING_NAMESPACE, "podLabels": dict(PROMETHEUS_POD_LABELS)},
         "dns": {"namespace": DNS_PEER["namespace"], "podLabels": dict(DNS_PEER["podLabels"])},

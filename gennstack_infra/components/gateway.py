@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 from aws_cdk import Acknowledgment, Aws, Duration, Validations
+from aws_cdk import IgnoreMode
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
@@ -11,7 +13,7 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 
 from constructs import Construct
 from gennstack_infra.components.cluster import acknowledge_chart_asset_read, pinned_chart
-from gennstack_infra.paths import ASSETS
+from gennstack_infra.paths import ASSETS, REPO_ROOT
 from gennstack.system_nodes import SYSTEM_NODE_SELECTOR, SYSTEM_TOLERATIONS
 from gennstack import versions
 from gennstack.config import GenNStackConfig
@@ -19,6 +21,11 @@ from gennstack.gateway import values as gateway_values
 from gennstack.gateway.config import GatewayConfig, RoutingTable, routing_table
 
 CHART_DIR = ASSETS / "charts" / "gennstack-gateway"
+RESUME_DOCKERFILE = "assets/images/resume-relay/Dockerfile"
+# The relay image's build context: the repository root with only what its Dockerfile copies (Docker's
+# .dockerignore rules: everything out, these back in), so node_modules, cdk.out and the venvs stay out.
+RESUME_CONTEXT_EXCLUDE = ["*", "!gennstack", "!requirements.txt", "!requirements-dev.txt", "!pyproject.toml",
+                          "!README.md", f"!{RESUME_DOCKERFILE}", "**/__pycache__", "**/*.pyc", "**/*~"]
 
 
 class Gateway(Construct):
@@ -119,6 +126,13 @@ class Gateway(Construct):
         self.charts["ai-gateway"].node.add_dependency(self.charts["ai-gateway-crds"])
         self.charts["ai-gateway"].node.add_dependency(self.charts["envoy-gateway"])
 
+        # --- the stream-resume relay's image (docs/gateway.md, "Stream resume") ------------------
+        self.resume_image: ecr_assets.DockerImageAsset | None = None
+        if gateway.resume.enabled:
+            self.resume_image = ecr_assets.DockerImageAsset(
+                self, "ResumeRelayImage", directory=str(REPO_ROOT), file=RESUME_DOCKERFILE,
+                exclude=RESUME_CONTEXT_EXCLUDE, ignore_mode=IgnoreMode.DOCKER, platform=ecr_assets.Platform.LINUX_AMD64)
+
         # --- the project chart: routes, backends, policies, Redis -----------------------------
         self.chart_asset = s3_assets.Asset(self, "ChartAsset", path=str(CHART_DIR))
         self.chart = eks.HelmChart(
@@ -129,7 +143,8 @@ class Gateway(Construct):
                 gateway, self.table, region=Aws.REGION, api_keys_secret_name=self.api_keys_secret.secret_name,
                 redis_secret_name=self.redis_secret.secret_name if self.redis_secret else "",
                 url_suffix=Aws.URL_SUFFIX, vpc_cidr=cluster.vpc.vpc_cidr_block,
-                network_policies=config.cluster.network_policies, **system),
+                network_policies=config.cluster.network_policies,
+                resume_image=self.resume_image.image_uri if self.resume_image else "", **system),
         )
         for upstream in self.charts.values():
             self.chart.node.add_dependency(upstream)

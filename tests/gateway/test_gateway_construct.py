@@ -104,7 +104,8 @@ def test_project_chart_values_come_from_values_py(template, variant) -> None:
 
     values = _values(_charts(template)["gennstack-gateway"])
     expected = gateway_chart_values(GatewayConfig(), routing_table(GatewayConfig()), region="TOKEN",
-                                    api_keys_secret_name="TOKEN", redis_secret_name="TOKEN", url_suffix="TOKEN", vpc_cidr="TOKEN")
+                                    api_keys_secret_name="TOKEN", redis_secret_name="TOKEN", url_suffix="TOKEN", vpc_cidr="TOKEN",
+                                    resume_image="TOKEN")
     assert {k: v for k, v in values.items() if k not in ("nodeSelector", "tolerations")} == {
         k: v for k, v in expected.items() if k not in ("nodeSelector", "tolerations")}
     assert values["nodeSelector"] == {"gennstack.io/pool": "system"}
@@ -115,6 +116,9 @@ def test_project_chart_values_come_from_values_py(template, variant) -> None:
     # an internal NLB without allowed_cidrs admits the VPC's CIDR (never the controller's 0.0.0.0/0)
     cidr = next(i for i, part in enumerate(parts) if isinstance(part, str) and part.endswith('"allowedCidrs":["'))
     assert "Fn::GetAtt" in parts[cidr + 1] and parts[cidr + 1]["Fn::GetAtt"][1] == "CidrBlock"
+    # the relay's image is the DockerImageAsset CDK builds from assets/images/resume-relay/Dockerfile
+    image = next(i for i, part in enumerate(parts) if isinstance(part, str) and part.endswith('"image":"'))
+    assert "container-assets" in json.dumps(parts[image + 1])
     # inf2 disabled in the variant: no llama-3-70b-instruct route or backend
     variant_values = _values(_charts(variant)["gennstack-gateway"])
     assert [b["name"] for b in variant_values["backends"]] == ["llama-4-maverick", "gpt-oss-20b"]
