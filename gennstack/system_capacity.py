@@ -258,6 +258,15 @@ def deployments(config: GenNStackConfig) -> list[Line]:
         Line("ebs-csi-controller", 2, d["ebs-csi-controller"].requests, d["ebs-csi-controller"].source),
         Line("coredns", 2, d["coredns"].requests, d["coredns"].source),
     ]
+    if config.gateway.resume.enabled:
+        # stream resume: the routing Gateway's proxies (as many, sized as the public ones) and the relay
+        lines += [
+            Line("envoy-proxy (routing Gateway)", chart["resume"]["routing"]["replicas"],
+                 _requests(chart["resume"]["routing"]["resources"]) + d["envoy-shutdown-manager"].requests,
+                 "gennstack/gateway/values.py resume_values + " + d["envoy-shutdown-manager"].source),
+            Line("resume-relay", chart["resume"]["replicas"], _requests(chart["resume"]["resources"]),
+                 "gennstack/gateway/values.py resume_values"),
+        ]
     if config.serving.multi_node.enabled:
         lines.append(Line("lws-controller-manager", lws_values()["replicaCount"], _requests(lws_values()["resources"]),
                           "gennstack/controller_values.py lws_values"))

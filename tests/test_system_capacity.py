@@ -43,16 +43,20 @@ def test_unknown_instance_type_is_named():
 
 def test_default_requests_per_component():
     """The sum at defaults (rate limit on, monitoring on on-demand nodes, 2 Envoy replicas, 2 rate-limit
-    replicas)."""
+    replicas, stream resume on: 2 routing proxies and 2 relays)."""
     lines = {line.component: line for line in sc.deployments(GenNStackConfig())}
     assert lines["karpenter"].total == sc.Requests(1000, 2048)
     assert lines["envoy-proxy"].total == sc.Requests(2 * 510, 2 * 544)
     assert lines["envoy-gateway"].total == sc.Requests(200, 512)
     assert lines["coredns"].total == sc.Requests(200, 140)
     assert lines["envoy-ratelimit"].total == sc.Requests(2 * 100, 2 * 512)
+    assert lines["envoy-proxy (routing Gateway)"].total == sc.Requests(2 * 260, 2 * 544)
+    assert lines["resume-relay"].total == sc.Requests(2 * 250, 2 * 256)
     assert "prometheus" not in lines
-    assert sc.total(list(lines.values())) == sc.Requests(3520, 6636)
-    assert sc.pods(list(lines.values())) == 27
+    assert sc.total(list(lines.values())) == sc.Requests(4540, 8236)
+    assert sc.pods(list(lines.values())) == 31
+    off = {line.component for line in sc.deployments(GenNStackConfig.model_validate({"gateway": {"resume": {"enabled": False}}}))}
+    assert not off & {"envoy-proxy (routing Gateway)", "resume-relay"}
 
 
 def test_daemonsets_per_node():
@@ -66,8 +70,9 @@ def test_daemonsets_per_node():
 def test_worst_case_adds_monitoring_and_scales_with_envoy_replicas():
     config = GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 4}})
     worst = sc.deployments(sc.worst_case(config))
-    assert sc.total(worst) == sc.Requests(3520 + 500 + 2 * 510, 6636 + 2048 + 2 * 544)
-    assert sc.pods(worst) == 27 + 6 + 2
+    # the public proxies follow envoy_replicas; the routing ones gateway.resume.routing_replicas (2)
+    assert sc.total(worst) == sc.Requests(4540 + 500 + 2 * 510, 8236 + 2048 + 2 * 544)
+    assert sc.pods(worst) == 31 + 6 + 2
 
 
 def _config(**cluster):
@@ -75,7 +80,7 @@ def _config(**cluster):
 
 
 def test_defaults_fit_with_one_node_down():
-    """4 x m7i.large: 1930m - 180m of DaemonSets = 1750m per node; 3 nodes leave 5250m for 3520m."""
+    """4 x m7i.large: 1930m - 180m of DaemonSets = 1750m per node; 3 nodes leave 5250m for 4540m."""
     fit = sc.system_fit(GenNStackConfig())
     assert (fit.instance_type, fit.nodes) == ("m7i.large", 4)
     assert fit.room(3) == sc.Requests(3 * 1750, 3 * (7518 - 104))
@@ -85,31 +90,33 @@ def test_defaults_fit_with_one_node_down():
 
 
 def test_worst_case_fits_at_default_size_with_one_node_down():
-    """Every optional system pod on (monitoring on the system nodes, rate limit on): 4020m in 5250m."""
+    """Every optional system pod on (monitoring on the system nodes, rate limit on, stream resume on): 5040m in 5250m."""
     fit = sc.system_fit(sc.worst_case(GenNStackConfig()))
-    assert fit.requested == sc.Requests(4020, 8684)
+    assert fit.requested == sc.Requests(5040, 10284)
     assert fit.fits(3)
     sc.check_system_fit(sc.worst_case(GenNStackConfig()))
 
 
 def test_the_old_default_does_not_fit_with_one_node_down():
-    """2 x m7i.large, the previous default: 3520m against 1750m once one node is down (and more than
+    """2 x m7i.large, the previous default: 4540m against 1750m once one node is down (and more than
     the 3500m both leave)."""
     fit = sc.system_fit(_config(system_nodes_min=2))
     assert not fit.fits(2) and not fit.fits(1)
     with pytest.raises(ConfigError) as error:
         sc.check_system_fit(_config(system_nodes_min=2))
     message = str(error.value)
-    for part in ("cluster.system_nodes_min: 2 nodes of m7i.large", "3520m CPU", "1 node(s) leave 1750m",
+    for part in ("cluster.system_nodes_min: 2 nodes of m7i.large", "4540m CPU", "1 node(s) leave 1750m",
                  "gateway.envoy_replicas=2", "monitoring.placement='on-demand'"):
         assert part in message
 
 
 def test_envoy_replicas_beyond_the_room_are_rejected():
-    """4 more proxies (510m each) overflow 5250m; 2 x m7i.xlarge leave 3740m with one down."""
-    with pytest.raises(ConfigError, match="gateway.envoy_replicas=6"):
-        sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 6}}))
-    sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 5}}))
+    """2 more proxies (510m each) overflow 5250m beside the relay and the routing proxies (4540m at the
+    defaults); without stream resume 3 more fit; 2 x m7i.xlarge leave 3740m with one down."""
+    with pytest.raises(ConfigError, match="gateway.envoy_replicas=4"):
+        sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 4}}))
+    sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 3}}))
+    sc.check_system_fit(GenNStackConfig.model_validate({"gateway": {"envoy_replicas": 5, "resume": {"enabled": False}}}))
     fit = sc.system_fit(_config(system_node_instance_types=("m7i.xlarge",), system_nodes_min=2))
     assert fit.room(1) == sc.Requests(3920 - 180, 15391 - 104)
 
@@ -126,7 +133,7 @@ def test_unknown_system_type_is_rejected_with_the_allowed_ones():
 
 def test_summary_line():
     assert sc.summary_line(sc.system_fit(GenNStackConfig())) == (
-        "system nodes: 4 x m7i.large; pods request 3520m CPU / 6636Mi of 7000m / 29656Mi left after DaemonSets "
+        "system nodes: 4 x m7i.large; pods request 4540m CPU / 8236Mi of 7000m / 29656Mi left after DaemonSets "
         "(5250m / 22242Mi with one node down)")
 
 

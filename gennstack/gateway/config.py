@@ -443,6 +443,8 @@ class ResumeSettings(StrictModel):
     harmony_models: tuple[str, ...] = ("gpt-oss-20b",)
     # Relay replicas, on the system (on-demand) nodes; at least 2 with a PodDisruptionBudget of 1.
     replicas: Annotated[int, Field(ge=2, le=20)] = 2
+    # The routing Gateway's proxies (behind the relays), on the system nodes with a PodDisruptionBudget of 1.
+    routing_replicas: Annotated[int, Field(ge=2, le=20)] = 2
     # Upstream attempts per client request after the first (each break spends one).
     max_attempts: Annotated[int, Field(ge=0, le=100)] = 3
     # The longest replay: prompt IDs plus generated IDs a continuation may send.

@@ -80,10 +80,13 @@ RESUME_PORT = 8080
 RESUME_METRICS_PORT = 9464
 # Sizing assumption until benchmarks/bench_resume_relay.py measures the relay's tokens/s per core: one
 # relay core carries 20,000 streamed tokens/s (a chunk is ~200 bytes of JSON parsed and re-written), so
-# two replicas at 500m request serve 20,000 tokens/s, what ~400 streams at 50 tokens/s ask; bursts use
-# the node's idle CPU (no CPU limit).
+# two replicas at a 250m request have 10,000 tokens/s reserved (~200 streams at 50 tokens/s) and burst into
+# the system nodes' idle CPU (no CPU limit). 250m, not more: the system nodes' room with one node down
+# (gennstack/system_capacity.py) holds the relay and the routing proxies beside everything else at 250m.
 RESUME_TOKENS_PER_CORE_S = 20_000
-RESUME_RESOURCES = {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+RESUME_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
+# The routing proxies: Envoy only (no TLS, no API-key check, no rate limit) plus the AI Gateway's sidecar.
+ROUTING_PROXY_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}
 
 
 def _duration(seconds: int) -> str:
@@ -143,7 +146,8 @@ def resume_values(gateway: GatewayConfig, table: RoutingTable, image: str) -> di
         "resources": RESUME_RESOURCES,
         "terminationGracePeriodSeconds": resume_grace_s(gateway),
         "config": resume_config_values(resume_config(gateway, table)),
-        "routing": {"name": ROUTING_GATEWAY, "listener": ROUTING_LISTENER, "port": ROUTING_PORT},
+        "routing": {"name": ROUTING_GATEWAY, "listener": ROUTING_LISTENER, "port": ROUTING_PORT, "replicas": r.routing_replicas,
+                    "resources": ROUTING_PROXY_RESOURCES},
         "prometheus": {"namespace": MONITORING_NAMESPACE, "podLabels": dict(PROMETHEUS_POD_LABELS)},
         "dns": {"namespace": DNS_PEER["namespace"], "podLabels": dict(DNS_PEER["podLabels"])},
     }
