@@ -324,8 +324,10 @@ def gateway_dashboard() -> dict[str, Any]:
             (f"sum by ({client}, gen_ai_token_type) (rate(gen_ai_client_token_usage_sum[{RATE}]))",
              f"{{{{{client}}}}} {{{{gen_ai_token_type}}}}")]),
         _panel("Responses by class (Envoy)", "reqps", [
-            (f"sum by (envoy_response_code_class) (rate(envoy_http_downstream_rq_xx[{RATE}]))",
-             "{{envoy_response_code_class}}xx")]),
+            (f"sum by (gateway, envoy_response_code_class) (rate(envoy_http_downstream_rq_xx[{RATE}]))",
+             "{{gateway}} {{envoy_response_code_class}}xx")],
+               description="Per Gateway: the public one answers clients; with stream resume on, the routing one "
+                           "answers the relay (first attempts and continuations)."),
         _panel("Failed requests by model and client (AI Gateway)", "reqps", [
             (f'sum by (gen_ai_request_model, {client}) (rate({count}{{error_type!=""}}[{RATE}]))',
              f"{{{{gen_ai_request_model}}}} {{{{{client}}}}}")]),
@@ -337,6 +339,20 @@ def gateway_dashboard() -> dict[str, Any]:
              "ejections {{envoy_cluster_name}}"),
         ], description="Envoy moves a request to the next priority's backends through retries once a priority's "
                        "hosts are ejected or failing (docs/gateway.md)."),
+        _panel("Stream resume: broken streams resumed, refused, failed", "none", [
+            (f"sum by (model) (rate(gennstack_resume_attempts_total[{RATE}]))", "attempted {{model}}"),
+            (f"sum by (model) (rate(gennstack_resume_succeeded_total[{RATE}]))", "succeeded {{model}}"),
+            (f"sum by (model, reason) (rate(gennstack_resume_refused_total[{RATE}]))", "refused {{model}} {{reason}}"),
+            (f"sum by (model, reason) (rate(gennstack_resume_failed_total[{RATE}]))", "failed {{model}} {{reason}}"),
+        ], description="Per second, from the relay (docs/gateway.md, \"Stream resume\"): continuations sent, broken "
+                       "streams resumed to their end, requests relayed without resume (refused: a field that "
+                       "cannot be replayed exactly, resume off for the model) and broken streams that ended "
+                       "with an error event (failed), by reason."),
+        _panel("Stream resume: tokens replayed/s and streams in flight", "none", [
+            (f"sum by (model) (rate(gennstack_resume_replayed_tokens_total[{RATE}]))", "replayed tokens/s {{model}}"),
+            ("sum(gennstack_resume_streams_in_flight)", "streams in flight"),
+        ], description="Prompt plus generated token IDs sent again by continuations (the cost of resuming: "
+                       "prefill on the new server), and client requests the relays hold now."),
         _panel("Time to first token by model", "s",
                _quantiles("gen_ai_server_time_to_first_token_seconds_bucket", "", by="gen_ai_request_model")[1:2]),
         _panel("Request duration by model", "s",

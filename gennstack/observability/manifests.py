@@ -69,9 +69,30 @@ def _metadata(name: str) -> dict[str, Any]:
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 
 
-def pod_monitors(*, generations: list[str], serving_namespace: str, multi_node_pool: str | None = None) -> list[dict[str, Any]]:
+# The label Envoy Gateway v1.8.3 puts on every proxy pod with its Gateway's name
+# (internal/gatewayapi/translator.go OwningGatewayNameLabel), and the routing Gateway behind the stream-resume
+# relay (gennstack.gateway.values.ROUTING_GATEWAY; not imported: this module stays below the gateway's).
+OWNING_GATEWAY_LABEL = "gateway.envoyproxy.io/owning-gateway-name"
+ROUTING_GATEWAY = "gennstack-gateway-routing"
+GATEWAY_LABEL = "gateway"
+# The relay's pods (the gateway chart's resumeSelectorLabels for release gennstack-gateway).
+RESUME_POD_LABELS = {"app.kubernetes.io/name": "gennstack-gateway", "app.kubernetes.io/component": "resume-relay"}
+
+
+def _label_of_pod(label: str) -> str:
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def pod_monitors(*, generations: list[str], serving_namespace: str, multi_node_pool: str | None = None,
+                 resume_namespace: str | None = None) -> list[dict[str, Any]]:
     """PodMonitors of the model servers (for the enabled ``generations``; with ``multi_node_pool``, the
-    multi-node groups' leaders) and the gateway's Envoy pods."""
+    multi-node groups' leaders), the gateway's Envoy pods and, with ``resume_namespace`` (the gateway's
+    namespace while stream resume is on), the relay's.
+
+    The Envoy pods' series carry ``gateway`` (the pod's Gateway). With stream resume on, every client
+    request passes both Gateways' AI Gateway sidecars; the GenAI series of the routing Gateway's are
+    dropped, so token and request counts are the public Gateway's, once per client request (the relay's
+    own metrics count what happened behind it)."""
     monitors = []
     vllm_pools = [POOLS[g] for g in generations if g in ("trn2", "g6e")]
     if vllm_pools:
@@ -115,6 +136,7 @@ def pod_monitors(*, generations: list[str], serving_namespace: str, multi_node_p
                                          "metricRelabelings": [ray_keep()]}],
             },
         })
+    gateway = {"sourceLabels": [_label_of_pod(OWNING_GATEWAY_LABEL)], "targetLabel": GATEWAY_LABEL}
     monitors.append({
         "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-gateway"),
         "spec": {
@@ -122,11 +144,22 @@ def pod_monitors(*, generations: list[str], serving_namespace: str, multi_node_p
             "selector": {"matchLabels": {"app.kubernetes.io/component": "proxy",
                                          "app.kubernetes.io/managed-by": "envoy-gateway"}},
             "podMetricsEndpoints": [
-                {"port": "metrics", "path": "/stats/prometheus", "interval": SCRAPE_INTERVAL},
-                {"port": "aigw-admin", "path": "/metrics", "interval": SCRAPE_INTERVAL},
+                {"port": "metrics", "path": "/stats/prometheus", "interval": SCRAPE_INTERVAL, "relabelings": [gateway]},
+                {"port": "aigw-admin", "path": "/metrics", "interval": SCRAPE_INTERVAL, "relabelings": [gateway],
+                 "metricRelabelings": [{"sourceLabels": ["__name__", GATEWAY_LABEL], "separator": ";",
+                                        "regex": f"gen_ai_.*;{re.escape(ROUTING_GATEWAY)}", "action": "drop"}]},
             ],
         },
     })
+    if resume_namespace is not None:
+        monitors.append({
+            "apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": _metadata("gennstack-resume"),
+            "spec": {
+                "namespaceSelector": {"matchNames": [resume_namespace]},
+                "selector": {"matchLabels": dict(RESUME_POD_LABELS)},
+                "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics", "interval": SCRAPE_INTERVAL}],
+            },
+        })
     return monitors
 
 

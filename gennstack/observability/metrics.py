@@ -67,6 +67,10 @@ _YACE = "pkg/promutil/migrate.go BuildMetricName @ prometheus-community/yet-anot
 # and CloudwatchAPIErrorCounter (yace_cloudwatch_request_errors, no _total) in pkg/promutil/prometheus.go.
 _YACE_SELF = "pkg/promutil/prometheus.go NewScrapeMetrics @ prometheus-community/yet-another-cloudwatch-exporter v0.67.0"
 
+# The stream-resume relay's own metrics (gennstack/resume/relay.py, the names agreed in the relay's interface;
+# prometheus_client appends _total to counters): labels model (the served model), reason (refused, failed).
+_RESUME = "gennstack/resume/relay.py (gennstack_resume_* counters and gauge, prometheus_client)"
+
 METRICS: dict[str, str] = {
     # vLLM
     "vllm:num_requests_running": _VLLM,
@@ -88,6 +92,13 @@ METRICS: dict[str, str] = {
     "gen_ai_server_request_duration_seconds_bucket": _AIGW,
     "gen_ai_server_time_to_first_token_seconds_bucket": _AIGW,
     "gen_ai_server_time_per_output_token_seconds_bucket": _AIGW,
+    # the stream-resume relay
+    "gennstack_resume_attempts_total": _RESUME,
+    "gennstack_resume_succeeded_total": _RESUME,
+    "gennstack_resume_refused_total": _RESUME,
+    "gennstack_resume_failed_total": _RESUME,
+    "gennstack_resume_replayed_tokens_total": _RESUME,
+    "gennstack_resume_streams_in_flight": _RESUME,
     # Envoy
     "envoy_http_downstream_rq_xx": _ENVOY,
     "envoy_cluster_upstream_rq_retry": _ENVOY,
@@ -176,6 +187,8 @@ EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
     # Envoy's admin stats (port "metrics", 19001) and the AI Gateway sidecar's (port "aigw-admin", 1064).
     Exporter("envoy", _ENVOY, ("PodMonitor", "gennstack-gateway"), "metrics", "/stats/prometheus"),
     Exporter("ai-gateway", _AIGW, ("PodMonitor", "gennstack-gateway"), "aigw-admin"),
+    # The stream-resume relay's metrics port (templates/resume.yaml, container port "metrics").
+    Exporter("resume-relay", _RESUME, ("PodMonitor", "gennstack-resume"), "metrics"),
     # Karpenter's chart Service, port http-metrics (charts/karpenter/templates/service.yaml v1.14.1).
     Exporter("karpenter", _KARPENTER, ("ServiceMonitor", "karpenter"), "http-metrics", chart="karpenter"),
     # neuron-monitor's DaemonSet (port "metrics", 8000) on the Neuron generations' nodes.
@@ -195,7 +208,7 @@ EXPORTERS: dict[str, Exporter] = {e.name: e for e in (
     Exporter("recording-rules", "gennstack.observability.rules", ("PrometheusRule", "gennstack")),
 )}
 
-_EXPORTER_OF_SOURCE = {_VLLM: "vllm", _VLLM_HTTP: "vllm", _AIGW: "ai-gateway", _ENVOY: "envoy", _KARPENTER: "karpenter",
+_EXPORTER_OF_SOURCE = {_RESUME: "resume-relay", _VLLM: "vllm", _VLLM_HTTP: "vllm", _AIGW: "ai-gateway", _ENVOY: "envoy", _KARPENTER: "karpenter",
                        _KARPENTER_SUMMARY: "karpenter", _KSM: "kube-state-metrics", _DCGM: "dcgm-exporter",
                        _NEURON: "neuron-monitor", _RAY: "ray", _YACE: "yace", _YACE_SELF: "yace"}
 # Series -> the exporter that produces it: every name in METRICS and RECORDED.

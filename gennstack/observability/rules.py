@@ -202,6 +202,20 @@ def alert_rules(config: MonitoringConfig, *, generations: list[str], serving_nam
             },
         },
         {
+            # A broken stream the relay could not resume ends with an OpenAI-style error event: the client
+            # saw an error mid-answer (no server of the model left, attempts or the deadline spent, a replay
+            # too long). Any in 10 minutes warns; the reason label says which (docs/gateway.md).
+            "alert": "GenNStackStreamResumeFailing",
+            "expr": "sum by (model, reason) (increase(gennstack_resume_failed_total[10m])) > 0",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Broken {{ $labels.model }} streams could not be resumed ({{ $labels.reason }})",
+                "description": "{{ $value }} client streams of {{ $labels.model }} ended with an error event in 10 "
+                               "minutes because the relay could not continue them (reason {{ $labels.reason }}); "
+                               "see the gateway dashboard's stream resume panels and docs/gateway.md.",
+            },
+        },
+        {
             # Envoy Gateway v1.8.3 refuses an expired (or not yet valid) listener certificate
             # (internal/gatewayapi/tls.go) and leaves the listener out: port 443 stops answering at the
             # next configuration change. The chart re-issues the certificate only when it is upgraded

@@ -111,7 +111,8 @@ class Monitoring(Construct):
         self.scrape_targets = cluster.add_manifest(
             "ScrapeTargets",
             *manifests.pod_monitors(generations=generations, serving_namespace=serving_namespace,
-                                    multi_node_pool=multi_node_pool),
+                                    multi_node_pool=multi_node_pool,
+                                    resume_namespace=config.gateway.namespace if config.gateway.resume.enabled else None),
             manifests.karpenter_service_monitor(),
             *manifests.neuron_monitor(generations=generations),
         )
