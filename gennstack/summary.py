@@ -14,8 +14,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gennstack.config_base import frozen
 from gennstack.deploy_warnings import config_warnings
-from gennstack.gateway.config import alias_backends
+from gennstack.gateway.config import ResumeSettings, alias_backends
 from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
 from gennstack.observability.summary import monitoring_lines
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
@@ -143,6 +144,7 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
         scheme = gateway.get("load_balancer", {}).get("scheme", "internal")
         lines.append(f"  Gateway ({scheme} NLB): models {', '.join(models)}")
         lines.extend(gateway_tls_lines(gateway, config.get("region")))
+        lines.extend(resume_lines(gateway, sorted(enabled)))
         for alias, targets in sorted(gateway.get("aliases", {}).items()):
             routed = alias_backends([(t["model"], t["weight"], t["priority"]) for t in targets], set(models))
             split = ", ".join(f"{b.backend} w{b.weight} p{b.priority}" for b in routed) or "dropped (no enabled target)"
@@ -300,6 +302,19 @@ def gateway_tls_lines(gateway: dict[str, Any], region: str | None) -> list[str]:
         f"    HTTPS on 443: TLS ends at Envoy, certificate from the gateway's own CA for {', '.join(names)}",
         f"    CA for clients: kubectl get configmap -n {namespace} {CA_CONFIGMAP} -o jsonpath='{{.data.ca\\.crt}}' > gennstack-ca.pem",
     ]
+
+
+def resume_lines(gateway: dict[str, Any], generations: list[str]) -> list[str]:
+    """Stream resume (docs/gateway.md, "Stream resume in the cluster"): the generations whose broken streams
+    the relay resumes, and for each other enabled one why not (gennstack/gateway/resume_support.py)."""
+    settings = ResumeSettings.model_validate(frozen(gateway.get("resume", {})))
+    if not settings.enabled:
+        return ["    stream resume: off (gateway.resume.enabled is false)"]
+    on = [g for g in generations if settings.reason_off(g) is None]
+    lines = [f"    stream resume: {settings.replicas} relays between the public and the routing Gateway; "
+             f"on for {', '.join(on) or 'no generation'}"]
+    lines += [f"    stream resume off for {g}: {settings.reason_off(g)}" for g in generations if g not in on]
+    return lines
 
 
 def image_line(gen_name: str, section: dict[str, Any]) -> str:

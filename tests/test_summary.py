@@ -33,6 +33,7 @@ def test_summary_of_default_stack(synth: Synth) -> None:
     assert ("    Scaling: 1-2 replicas by Ray Serve autoscaling on in-flight requests per replica, "
             "target 16 (batch 20); up after 60 s, down after 600 s below target; at most 40 sequences at once") in lines
     assert "Generation inf2: meta-llama/Meta-Llama-3-70B-Instruct @ main: serves llama-3-70b-instruct, 1-2 replicas" in text
+    assert "    stream resume: 2 relays between the public and the routing Gateway; on for g6e, inf2, trn2" in lines
     # Per generation: the image it runs and its Neuron release (gennstack.serving.support).
     dlc = "public.ecr.aws/neuron/pytorch-inference-vllm-neuronx:0.13.0-neuronx-py312-sdk2.28.0-ubuntu24.04"
     assert (f"    Image: {dlc} + Ray Serve (built from assets/images/inf2-ray-serve) (Neuron 2.28.0, vLLM 0.13.0 "
@@ -55,7 +56,7 @@ def test_summary_of_default_stack(synth: Synth) -> None:
             "-o jsonpath='{.data.ca\\.crt}' > gennstack-ca.pem") in text.splitlines()
     assert "Interruption handler: Lambda on 4 EventBridge event rules and a reconcile every 1 min" in text
     # The system pods against the system nodes (gennstack.system_capacity; checked in tests/test_system_capacity.py).
-    assert ("  system nodes: 4 x m7i.large; pods request 3520m CPU / 6636Mi of 7000m / 29656Mi left after DaemonSets "
+    assert ("  system nodes: 4 x m7i.large; pods request 4540m CPU / 8236Mi of 7000m / 29656Mi left after DaemonSets "
             "(5250m / 22242Mi with one node down)") in text.splitlines()
     # The hourly range per generation and in total (gennstack.cost; the figures are checked by hand in tests/cost).
     assert "  Cost inf2: $5.61-$13.40/h, 1 x inf2.48xlarge" in text.splitlines()
@@ -141,3 +142,16 @@ def test_gateway_tls_lines_say_where_tls_ends_and_where_the_ca_is() -> None:
     arn = "arn:aws:acm:us-east-1:123456789012:certificate/12345678-1234-1234-1234-123456789012"
     assert gateway_tls_lines({"load_balancer": {"certificate_arn": arn}}, "us-east-1") == [
         f"    HTTPS on 443: TLS ends at the NLB (ACM {arn}), re-encrypted to Envoy"]
+
+
+def test_resume_lines_name_each_generation_on_and_why_the_others_are_off() -> None:
+    """`gennstack summary` says where stream resume is on and, per enabled generation that is off, why
+    (docs/gateway.md, "Stream resume in the cluster")."""
+    from gennstack.summary import resume_lines
+
+    assert resume_lines({}, ["g6e", "inf2", "trn2"]) == [
+        "    stream resume: 2 relays between the public and the routing Gateway; on for g6e, inf2, trn2"]
+    assert resume_lines({"resume": {"generations": {"inf2": False}}}, ["g6e", "inf2"]) == [
+        "    stream resume: 2 relays between the public and the routing Gateway; on for g6e",
+        "    stream resume off for inf2: gateway.resume.generations.inf2 is false"]
+    assert resume_lines({"resume": {"enabled": False}}, ["g6e"]) == ["    stream resume: off (gateway.resume.enabled is false)"]

@@ -82,8 +82,10 @@ def test_the_cluster_sets_the_same_lifetime_and_it_fits_the_drain_budget() -> No
     from tests.support import ROOT
 
     gateway = load_config({}).gateway
+    from tests.gateway.conftest import RELAY_IMAGE
+
     values = gateway_chart_values(gateway, routing_table(gateway), region="eu-west-1", api_keys_secret_name="keys",
-                                  redis_secret_name="redis")
+                                  redis_secret_name="redis", resume_image=RELAY_IMAGE)
     assert values["resilience"]["maxConnectionDuration"] == f"{UPSTREAM_MAX_CONNECTION_S}s"
     policies = [o for o in helm.render(ROOT / "assets" / "charts" / "gennstack-gateway", values, namespace="gennstack-gateway")
                 if o["kind"] == "BackendTrafficPolicy" and "retry" in o["spec"]]
