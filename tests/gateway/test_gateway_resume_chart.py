@@ -156,6 +156,8 @@ def test_tokens_and_requests_are_charged_once_on_the_public_gateway(docs) -> Non
     front_btp = one(docs, "BackendTrafficPolicy", FRONT)
     assert front_btp["spec"]["targetRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": FRONT}]
     assert front_btp["spec"]["mergeType"] == "StrategicMerge" and "rateLimit" not in front_btp["spec"]
+    # only a relay that is gone is tried again: a status from the relay is the routing side's final answer
+    assert front_btp["spec"]["retry"]["retryOn"] == {"triggers": ["connect-failure", "reset"]}
     # both Gateways take the same body size
     assert {c["spec"]["connection"]["bufferLimit"] for c in of_kind(docs, "ClientTrafficPolicy")} == {"8Mi"}
 
