@@ -6,8 +6,9 @@ system needs (docs/security.md, "Network policies"):
 * the serving namespace and the warm-spare groups' namespace: the serving chart
   (templates/networkpolicies.yaml), with the peers below as its ``networkPolicy`` values
   (:func:`serving_values`);
-* the gateway's namespace: the gateway chart (its rate-limit Redis and the bench Job, whose chart
-  allows its own egress);
+* the gateway's namespace: the gateway chart (its rate-limit Redis, the stream-resume relay, and the
+  bench Job, whose chart allows its own egress); the chart also isolates the routing Gateway's proxies
+  in Envoy Gateway's namespace (only the relay and Prometheus reach them);
 * ``monitoring``: :func:`monitoring_policies`, manifests the stack applies beside kube-prometheus-stack.
 
 The peers' labels are the upstream controllers' own, at the pinned versions:

@@ -69,7 +69,8 @@ SECRETS_REFRESH_INTERVAL = "1m"
 
 # Stream resume (docs/gateway.md, "Stream resume"): the relay between the public Gateway and the routing
 # Gateway. The routing Gateway's proxies are a ClusterIP Service Envoy Gateway names from the EnvoyProxy
-# (envoyService.name, v1.8.3), listening on a plain-HTTP port >= 1024, which Envoy Gateway v1.8.3 keeps as
+# (envoyService.name; v1.8.3 internal/infrastructure/kubernetes/proxy/resource_provider.go Service, in its own
+# namespace), listening on a plain-HTTP port >= 1024, which Envoy Gateway v1.8.3 keeps as
 # the container port (internal/gatewayapi/listener.go: only ports below minEphemeralPort 1024 are shifted
 # by wellKnownPortShift 10000), so one number serves the Service, the pods and the NetworkPolicies.
 ROUTING_GATEWAY = f"{GATEWAY_RELEASE}-routing"
