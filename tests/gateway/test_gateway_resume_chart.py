@@ -95,6 +95,20 @@ def test_relay_on_system_nodes_two_replicas_pdb_and_a_grace_for_the_longest_stre
         assert rendered["terminationGracePeriodSeconds"] == timeout_s + MIN_DRAIN_S > config.deadline_s == timeout_s
 
 
+def test_routing_proxies_on_system_nodes_with_a_pdb_and_the_public_drain(docs) -> None:
+    routing = one(docs, "EnvoyProxy", ROUTING_GATEWAY)["spec"]
+    public = one(docs, "EnvoyProxy", GATEWAY_RELEASE)["spec"]
+    deployment = routing["provider"]["kubernetes"]["envoyDeployment"]
+    pod = deployment["pod"]
+    assert deployment["replicas"] == GatewayConfig().resume.routing_replicas >= 2
+    assert pod["nodeSelector"] == SYSTEM_NODE_SELECTOR and pod["tolerations"] == SYSTEM_TOLERATIONS
+    assert pod["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    assert {c["labelSelector"]["matchLabels"]["gateway.envoyproxy.io/owning-gateway-name"]
+            for c in pod["topologySpreadConstraints"]} == {ROUTING_GATEWAY}
+    assert routing["provider"]["kubernetes"]["envoyPDB"] == {"minAvailable": 1}
+    assert routing["shutdown"] == public["shutdown"]  # the longest stream drains on both
+
+
 def test_relay_runs_the_interface_cli_against_the_routing_gateway(docs) -> None:
     """`gennstack resume serve --listen --upstream --config --metrics-listen` (gennstack/resume/cli.py), its
     upstream the routing proxies' Service that Envoy Gateway names after envoyService.name, on the routing
