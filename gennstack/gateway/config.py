@@ -433,25 +433,25 @@ class ResumeSettings(StrictModel):
     another server of the same model. Per generation, on by default where its server supports it
     (gennstack.gateway.resume_support); the relay's bounds."""
 
-    # The relay and the second, cluster-internal Gateway. False: one Gateway, as before (no resume).
     enabled: bool = True
-    # Per generation: resume its models' streams. A generation whose server lacks what a resumed
-    # stream needs cannot be turned on (resume_support names what is missing).
+    """The relay and the second, cluster-internal Gateway. False: one Gateway, as before (no resume)."""
     generations: dict[Generation, bool] = Field(default_factory=_default_resume_generations)
-    # Served model names whose output is Harmony (GPT-OSS: reasoning and final channels, tool calls);
-    # names not in models are ignored unless set here explicitly, then they must be in models.
+    """Per generation: resume its models' streams. A generation whose server lacks what a resumed stream needs
+    cannot be turned on (resume_support names what is missing)."""
     harmony_models: tuple[str, ...] = ("gpt-oss-20b",)
-    # Relay replicas, on the system (on-demand) nodes; at least 2 with a PodDisruptionBudget of 1.
+    """Served model names whose output is Harmony (GPT-OSS: reasoning and final channels, tool calls); names not in
+    models are ignored unless set here explicitly, then they must be in models."""
     replicas: Annotated[int, Field(ge=2, le=20)] = 2
-    # The routing Gateway's proxies (behind the relays), on the system nodes with a PodDisruptionBudget of 1.
+    """Relay replicas, on the system (on-demand) nodes; at least 2 with a PodDisruptionBudget of 1."""
     routing_replicas: Annotated[int, Field(ge=2, le=20)] = 2
-    # Upstream attempts per client request after the first (each break spends one).
+    """The routing Gateway's proxies (behind the relays), on the system nodes with a PodDisruptionBudget of 1."""
     max_attempts: Annotated[int, Field(ge=0, le=100)] = 3
-    # The longest replay: prompt IDs plus generated IDs a continuation may send.
+    """Upstream attempts per client request after the first (each break spends one)."""
     max_replay_tokens: Annotated[int, Field(ge=1, le=10_000_000)] = 32768
-    # An upstream stream silent this long counts as broken (below resilience.stream_idle_timeout_s,
-    # which would reset it later anyway).
+    """The longest replay: prompt IDs plus generated IDs a continuation may send."""
     upstream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 30
+    """An upstream stream silent this long counts as broken (below resilience.stream_idle_timeout_s, which would
+    reset it later anyway)."""
 
     @field_validator("generations")
     @classmethod
