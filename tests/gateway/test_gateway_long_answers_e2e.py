@@ -46,7 +46,8 @@ LONG = ("--ttft", "0.05", "--itl", LONG_ITL, "--paced-non-streaming")
 def _one_model(**resilience) -> GatewayConfig:
     return GatewayConfig.model_validate(frozen({
         "models": {MODEL: {"generation": "g6e", "service": "gen3-g6e"}}, "aliases": {}, "fallbacks": {},
-        "resilience": {"health_interval_s": 1, **resilience}}))
+        # Envoy alone (these bootstraps have no relay): the relay's idle bound below Envoy's does not apply
+        "resume": {"enabled": False}, "resilience": {"health_interval_s": 1, **resilience}}))
 
 
 def _post(base_url: str, body: dict, timeout_s: float) -> tuple[int, dict[str, str], bytes]:

@@ -104,7 +104,9 @@ def test_local_gateway_with_the_overlay_prints_the_route(capsys) -> None:
     endpoints = ["--endpoint", f"{SCOUT}=http://127.0.0.1:8004/v1", "--endpoint", f"{SCOUT}=http://127.0.0.1:8005/v1"]
     assert main(["gateway", "local", "--config", str(OVERLAY), *endpoints, "--print-config"]) == 0
     bootstrap = json.loads(capsys.readouterr().out)
-    hcm = bootstrap["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    # resume on (the default): the model routes are on the routing half, behind the relay
+    listener = next(item for item in bootstrap["static_resources"]["listeners"] if item["name"] == "routing")
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     routes = [r for r in hcm["route_config"]["virtual_hosts"][0]["routes"] if "route" in r]
     assert [r["match"]["headers"][0]["string_match"]["exact"] for r in routes] == [SCOUT]
     assert routes[0]["route"]["hash_policy"] == [{"header": {"header_name": PREFIX_KEY_HEADER}}]
