@@ -309,6 +309,10 @@ class InterruptionConfig(StrictModel):
     # (routing comes back when the record expires, record_ttl_seconds later, if the node lives).
     drain_on: DrainOn = DrainOn()
     """Per generation, the signals that take a node's serving pods out of load balancing (docs/spot-drills.md)."""
+    # Scale-down takes on-demand replicas first, reserved last: the reconciler keeps each serving pod's
+    # controller.kubernetes.io/pod-deletion-cost by its node's capacity type (gen2-trn2 and gen3-g6e,
+    # whose replicas a ReplicaSet scales; docs/spot-drills.md "Back to spot").
+    scale_down_on_demand_first: bool = True
 
 
 class GenNStackConfig(StrictModel):

@@ -70,7 +70,13 @@ def test_function_gets_drain_on_and_rbac_only_when_something_drains(synth: Synth
     drains, groups, kinds = env_and_groups(synth)
     assert drains == drain_on(load_config({}))
     assert DRAIN_GROUP in groups and "ValidatingAdmissionPolicy" in kinds
-    off = synthesize(tmp_path_factory.mktemp("cdk-no-drain"), {"interruptions": {"drain_on": {"g6e": [], "trn2": []}}})
+    # Without drains the group stays for the scale-down order (pod-deletion-cost, on by default)...
+    costs_only = synthesize(tmp_path_factory.mktemp("cdk-no-drain"), {"interruptions": {"drain_on": {"g6e": [], "trn2": []}}})
+    drains, groups, kinds = env_and_groups(costs_only)
+    assert drains == {} and DRAIN_GROUP in groups and "ValidatingAdmissionPolicy" in kinds
+    # ...and goes with it.
+    off = synthesize(tmp_path_factory.mktemp("cdk-neither"), {"interruptions": {"drain_on": {"g6e": [], "trn2": []},
+                                                                             "scale_down_on_demand_first": False}})
     drains, groups, kinds = env_and_groups(off)
     assert drains == {} and DRAIN_GROUP not in groups and kinds == ["Role", "RoleBinding"]
 

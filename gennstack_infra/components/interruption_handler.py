@@ -33,6 +33,10 @@ KUBERNETES_GROUP = "gennstack:warm-spare-scalers"
 # A second group for drain routing: list nodes, list and label serving pods (see lambdas/.../drain.py).
 DRAIN_GROUP = "gennstack:serving-drainers"
 ROUTABLE_LABEL = "gennstack.io/routable"
+# The scale-down order the reconciler keeps on serving pods (lambdas/interruption_handler/return_to_spot.py
+# DELETION_COST: on-demand, spot, reserved); tests compare the two.
+DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+DELETION_COSTS = ("-100", "0", "100")
 # The handler's DynamoDB calls (boto3 Table methods -> IAM actions); tests read the handler's code
 # for its table calls and compare.
 TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan")
@@ -120,20 +124,42 @@ def drain_on(config: GenNStackConfig) -> dict[str, dict[str, Any]]:
     }
 
 
+# Generations whose serving replicas are a Deployment's (a ReplicaSet honours pod-deletion-cost): gen1-inf2
+# is Ray Serve replicas in a RayCluster and multi-node replicas are LeaderWorkerSet groups (docs/spot-drills.md).
+DELETION_COST_GENERATIONS = ("trn2", "g6e")
+
+
+def deletion_cost(config: GenNStackConfig, *, namespace: str) -> dict[str, dict[str, str]]:
+    """``DELETION_COST``: each enabled Deployment generation -> its serving pods, while
+    ``interruptions.scale_down_on_demand_first``; ``{}`` otherwise."""
+    from gennstack_infra.components.node_pools import POOL_NAMES
+
+    if not config.interruptions.scale_down_on_demand_first:
+        return {}
+    return {
+        name: {"namespace": namespace, "pods": f"app.kubernetes.io/name={POOL_NAMES[name]},app.kubernetes.io/component=server"}
+        for name in config.generations.enabled()
+        if name in DELETION_COST_GENERATIONS
+    }
+
+
 def drain_rbac_manifests(*, namespace: str) -> list[dict[str, Any]]:
-    """List nodes (read-only), list and patch pods in the serving namespace; the policy allows one label only.
+    """List nodes (read-only), list and patch pods in the serving namespace; the policy allows one
+    label and one annotation only.
 
     RBAC cannot limit a patch to a field, so a ValidatingAdmissionPolicy bound to the serving
     namespace denies any pod update by this group that changes more than ``gennstack.io/routable``
-    or sets it to anything but "true" or "false".
+    (to "true" or "false") and ``controller.kubernetes.io/pod-deletion-cost`` (to one of
+    ``DELETION_COSTS``, the reconciler's scale-down order, lambdas/interruption_handler/spot_return.py).
     """
     name = "gennstack-serving-drainer"
     labels = "has(object.metadata.labels) ? object.metadata.labels : {}"
     old_labels = "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"
     same = " && ".join(
         f"(has(object.metadata.{f}) ? object.metadata.{f} : {empty}) == (has(oldObject.metadata.{f}) ? oldObject.metadata.{f} : {empty})"
-        for f, empty in (("annotations", "{}"), ("finalizers", "[]"), ("ownerReferences", "[]"))
+        for f, empty in (("finalizers", "[]"), ("ownerReferences", "[]"))
     )
+    costs = ", ".join(f"'{cost}'" for cost in DELETION_COSTS)
     subject = {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}
     return [
         {
@@ -182,6 +208,8 @@ def drain_rbac_manifests(*, namespace: str) -> list[dict[str, Any]]:
                 "variables": [
                     {"name": "newLabels", "expression": labels},
                     {"name": "oldLabels", "expression": old_labels},
+                    {"name": "newAnnotations", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+                    {"name": "oldAnnotations", "expression": "has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}"},
                 ],
                 "validations": [
                     {
@@ -197,8 +225,31 @@ def drain_rbac_manifests(*, namespace: str) -> list[dict[str, Any]]:
                         "message": f"{DRAIN_GROUP} may change only the {ROUTABLE_LABEL} label of a pod",
                     },
                     {
-                        "expression": f"'{ROUTABLE_LABEL}' in variables.newLabels && variables.newLabels['{ROUTABLE_LABEL}'] in ['true', 'false']",
+                        # Unchanged (a deletion-cost patch of a pod without the label), or "true"/"false".
+                        "expression": (
+                            f"(('{ROUTABLE_LABEL}' in variables.newLabels) == ('{ROUTABLE_LABEL}' in variables.oldLabels) && "
+                            f"(!('{ROUTABLE_LABEL}' in variables.newLabels) || variables.newLabels['{ROUTABLE_LABEL}'] == "
+                            f"variables.oldLabels['{ROUTABLE_LABEL}'])) || ('{ROUTABLE_LABEL}' in variables.newLabels && "
+                            f"variables.newLabels['{ROUTABLE_LABEL}'] in ['true', 'false'])"
+                        ),
                         "message": f"{ROUTABLE_LABEL} may only be set to \"true\" or \"false\"",
+                    },
+                    {
+                        "expression": (
+                            f"variables.newAnnotations.all(k, k == '{DELETION_COST_ANNOTATION}' || (k in variables.oldAnnotations && "
+                            f"variables.oldAnnotations[k] == variables.newAnnotations[k])) && variables.oldAnnotations.all(k, "
+                            f"k == '{DELETION_COST_ANNOTATION}' || k in variables.newAnnotations)"
+                        ),
+                        "message": f"{DRAIN_GROUP} may change only the {DELETION_COST_ANNOTATION} annotation of a pod",
+                    },
+                    {
+                        "expression": (
+                            f"!('{DELETION_COST_ANNOTATION}' in variables.newAnnotations) || "
+                            f"variables.newAnnotations['{DELETION_COST_ANNOTATION}'] in [{costs}] || "
+                            f"('{DELETION_COST_ANNOTATION}' in variables.oldAnnotations && variables.oldAnnotations['{DELETION_COST_ANNOTATION}'] == "
+                            f"variables.newAnnotations['{DELETION_COST_ANNOTATION}'])"
+                        ),
+                        "message": f"{DELETION_COST_ANNOTATION} may only be set to one of {list(DELETION_COSTS)}",
                     },
                 ],
             },
@@ -302,6 +353,7 @@ class InterruptionHandler(Construct):
         settings = config.interruptions
         spares = warm_spares(config, namespace=namespace, baselines=baselines)
         drains = drain_on(config)
+        costs = deletion_cost(config, namespace=namespace)
 
         self.table = dynamodb.TableV2(
             self,
@@ -399,6 +451,7 @@ class InterruptionHandler(Construct):
                 "ACCOUNT_ID": Aws.ACCOUNT_ID,
                 "WARM_SPARES": json.dumps(spares, sort_keys=True),
                 "DRAIN_ON": json.dumps(drains, sort_keys=True),
+                "DELETION_COST": json.dumps(costs, sort_keys=True),
                 "RECORD_TTL_SECONDS": str(settings.record_ttl_seconds),
                 "REPLACEMENT_GRACE_SECONDS": str(settings.replacement_grace_seconds),
                 "POWERTOOLS_SERVICE_NAME": "interruption-handler",
@@ -461,9 +514,10 @@ class InterruptionHandler(Construct):
             access_policies=[],
         )
         cfn_entry = self.access_entry.node.default_child
-        cfn_entry.add_property_override("KubernetesGroups", [KUBERNETES_GROUP, *([DRAIN_GROUP] if drains else [])])
+        # The drain group lists nodes and lists and patches serving pods: drain routing and scale-down order.
+        cfn_entry.add_property_override("KubernetesGroups", [KUBERNETES_GROUP, *([DRAIN_GROUP] if drains or costs else [])])
         manifest = rbac_manifests(namespace=namespace, deployments=[s["deployment"] for s in spares.values()])
-        if drains:
+        if drains or costs:
             manifest += drain_rbac_manifests(namespace=namespace)
         groups = next((s["groups"] for s in spares.values() if "groups" in s), None)
         if groups is not None:

@@ -113,7 +113,8 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
         if result.outcome == "ignored":
             logger.info("instance is not ours", extra=fields)
             continue
-        subject = "instance" if result.instance_id else "serving pods" if result.outcome == "routing" else "warm spare"
+        subject = ("instance" if result.instance_id else "serving pods" if result.outcome in ("routing", "capacity")
+                   else "warm spare")
         logger.info(f"{subject} {result.outcome}", extra=fields)
         if result.drain_latency_ms is not None and result.generation:
             _metric("DrainLatency", MetricUnit.Milliseconds, result.drain_latency_ms, namespace, generation=result.generation)
@@ -135,6 +136,11 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
             _metric("DuplicateSignals", MetricUnit.Count, 1, namespace, generation=result.generation)
         elif result.outcome == "reconciled" and result.generation and result.replicas is not None:
             _metric("WarmSpareReplicas", MetricUnit.Count, result.replicas, namespace, generation=result.generation)
+        if result.outcome == "capacity" and result.generation and result.capacity is not None:
+            # Serving replicas by the capacity type of their node, every type every run (0 included).
+            for capacity_type, count in sorted(result.capacity.items()):
+                _metric("ServingReplicas", MetricUnit.Count, count, namespace, generation=result.generation,
+                        capacity_type=capacity_type)
         if result.outcome == "reconciled" and result.generation and result.spare_groups is not None:
             # Warm-spare groups of the multi-node replicas, in groups (each nodes_per_replica nodes).
             _metric("WarmSpareGroups", MetricUnit.Count, result.spare_groups, namespace, generation=result.generation)

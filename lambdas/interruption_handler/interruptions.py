@@ -57,6 +57,7 @@ from .errors import HandlerError, Ignored, Reason
 from .events import Interruption, Reconcile, Signal, StateChange
 from .kube import KubeClient
 from .settings import GroupSpare, Settings, WarmSpare
+from .spot_return import converge_deletion_costs
 
 NODEPOOL_TAG = "karpenter.sh/nodepool"
 CLUSTER_NAME_TAG = "eks:eks-cluster-name"
@@ -96,6 +97,10 @@ class Result:
     spare_groups: int | None = None
     previous_spare_groups: int | None = None
     doomed_groups: int | None = None
+    # scale-down order (spot_return.py): the generation's serving replicas by capacity type, and the
+    # pods whose pod-deletion-cost this call set
+    capacity: dict[str, int] | None = None
+    costed_pods: list[str] | None = None
 
     def log_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -506,6 +511,15 @@ def reconcile(
     if settings.drain_on:
         report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock(),
                                                reload=lambda: load_records(table)))
+    for generation, costed in sorted(settings.deletion_cost.items()):
+        try:
+            costing = converge_deletion_costs(kube, generation=generation, costed=costed)
+        except HandlerError as error:
+            error.context.update(generation=generation, namespace=costed.namespace)
+            report.failures.append(error)
+        else:
+            report.results.append(Result("capacity", generation=generation, capacity=costing.by_capacity,
+                                         costed_pods=costing.changed or None))
     for generation, spare in sorted(settings.generations.items()):
         reconciled = Result("reconciled", generation=generation)
         try:

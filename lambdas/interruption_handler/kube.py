@@ -106,6 +106,10 @@ class KubeClient:
         """Merge-patch ``metadata.labels`` of one pod (other labels untouched)."""
         return self._call("PATCH", self.pod_path(namespace, name), {"metadata": {"labels": labels}})
 
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> dict[str, Any]:
+        """Merge-patch ``metadata.annotations`` of one pod (other annotations untouched)."""
+        return self._call("PATCH", self.pod_path(namespace, name), {"metadata": {"annotations": annotations}})
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
         if not self._time_left(self._timeout):
             # Fail with a reason now rather than be cut off by Lambda's timeout mid-request.

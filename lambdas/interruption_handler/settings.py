@@ -79,6 +79,9 @@ class Settings:
     metrics_namespace: str = "GenNStack"
     # NodePool -> the signals (``events.Signal`` values) that drain its nodes' serving pods.
     drain_on: Mapping[str, Drain] = field(default_factory=lambda: MappingProxyType({}))
+    # generation -> its ReplicaSet-managed serving pods, whose pod-deletion-cost the reconciler keeps
+    # by capacity type (on-demand first on scale-down; spot_return.py). Empty: none.
+    deletion_cost: Mapping[str, CostedPods] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def generations(self) -> dict[str, WarmSpare]:
@@ -113,6 +116,7 @@ class Settings:
             kube_timeout_seconds=_float(env, "KUBE_TIMEOUT_SECONDS", DEFAULT_KUBE_TIMEOUT_SECONDS),
             metrics_namespace=_required(env, "POWERTOOLS_METRICS_NAMESPACE"),
             drain_on=MappingProxyType(drain_on),
+            deletion_cost=MappingProxyType(parse_deletion_cost(env.get("DELETION_COST", "").strip() or "{}", warm_spares)),
         )
 
 
@@ -232,6 +236,38 @@ def parse_drain_on(raw: str, warm_spares: Mapping[str, WarmSpare]) -> dict[str, 
             raise ConfigError(f"{where}.groups={groups!r}: must be a label selector such as 'app=x,role=server'")
         drain[pool] = Drain(frozenset(signals), entry["pods"], groups)
     return drain
+
+
+@dataclass(frozen=True)
+class CostedPods:
+    """A generation's serving pods owned by a ReplicaSet (a Deployment's), in one namespace."""
+
+    namespace: str
+    pods: str  # label selector
+
+
+def parse_deletion_cost(raw: str, warm_spares: Mapping[str, WarmSpare]) -> dict[str, CostedPods]:
+    """Parse ``DELETION_COST``: ``{"<generation>": {"namespace", "pods": "<label selector>"}}``; ``{}``: none.
+
+    Each generation must be one of ``WARM_SPARES``' (its nodes carry ``gennstack.io/generation``)."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"DELETION_COST is not JSON ({exc.msg} at {exc.pos})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError("DELETION_COST must be a JSON object keyed by generation")
+    generations = {spare.generation for spare in warm_spares.values()}
+    costed: dict[str, CostedPods] = {}
+    for generation, entry in data.items():
+        where = f"DELETION_COST[{generation!r}]"
+        if generation not in generations:
+            raise ConfigError(f"{where}: not a generation of WARM_SPARES ({sorted(generations)})")
+        if not isinstance(entry, dict) or set(entry) != {"namespace", "pods"}:
+            raise ConfigError(f"{where} must be an object with exactly the keys ['namespace', 'pods']")
+        if not isinstance(entry["pods"], str) or not _SELECTOR.match(entry["pods"]):
+            raise ConfigError(f"{where}.pods={entry['pods']!r}: must be a label selector such as 'app=x,role=server'")
+        costed[generation] = CostedPods(_name(entry["namespace"], f"{where}.namespace", _DNS_LABEL), entry["pods"])
+    return costed
 
 
 def _required(env: Mapping[str, str], key: str) -> str:

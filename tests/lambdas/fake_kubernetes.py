@@ -74,8 +74,11 @@ class FakeKubernetes:
     def patches(self) -> list[Seen]:
         return [r for r in self.requests if r.method == "PATCH"]
 
-    def add_node(self, name: str, *, pool: str, instance_id: str, zone: str = "us-east-1a") -> None:
-        self.nodes[name] = {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool}},
+    def add_node(self, name: str, *, pool: str, instance_id: str, zone: str = "us-east-1a",
+                 labels: dict[str, str] | None = None) -> None:
+        """A node as Karpenter registers it; ``labels``: more of its labels (its NodePool template's
+        ``gennstack.io/generation``, Karpenter's ``karpenter.sh/capacity-type``)."""
+        self.nodes[name] = {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool, **(labels or {})}},
                             "spec": {"providerID": f"aws:///{zone}/{instance_id}"}}
 
     def add_pod(self, namespace: str, name: str, *, node: str, labels: dict[str, str], ready: bool = True) -> None:
@@ -168,11 +171,13 @@ class FakeKubernetes:
                 if seen.headers.get("content-type") != "application/merge-patch+json":
                     self._send(h, seen, 415, _status(415, "unsupported media type"))
                     return
-                for key, value in (seen.body.get("metadata") or {}).get("labels", {}).items():
-                    if value is None:
-                        pod["metadata"]["labels"].pop(key, None)
-                    else:
-                        pod["metadata"]["labels"][key] = value
+                for field in ("labels", "annotations"):  # a JSON merge patch (RFC 7386): null removes
+                    for key, value in (seen.body.get("metadata") or {}).get(field, {}).items():
+                        target = pod["metadata"].setdefault(field, {})
+                        if value is None:
+                            target.pop(key, None)
+                        else:
+                            target[key] = value
                 self._send(h, seen, 200, json.dumps(pod).encode())
                 return
             else:
