@@ -113,7 +113,7 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
         if result.outcome == "ignored":
             logger.info("instance is not ours", extra=fields)
             continue
-        subject = ("instance" if result.instance_id else "serving pods" if result.outcome in ("routing", "capacity")
+        subject = ("instance" if result.instance_id else "serving pods" if result.outcome in ("routing", "capacity", "nodes")
                    else "warm spare")
         logger.info(f"{subject} {result.outcome}", extra=fields)
         if result.drain_latency_ms is not None and result.generation:
@@ -141,6 +141,12 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
             for capacity_type, count in sorted(result.capacity.items()):
                 _metric("ServingReplicas", MetricUnit.Count, count, namespace, generation=result.generation,
                         capacity_type=capacity_type)
+        if result.outcome == "nodes" and result.generation and result.nodes is not None:
+            # The generation's accelerator nodes by capacity type and instance type (gennstack cost --live).
+            for key, count in sorted(result.nodes.items()):
+                capacity_type, instance_type = key.split("/", 1)
+                _metric("AcceleratorNodes", MetricUnit.Count, count, namespace, generation=result.generation,
+                        capacity_type=capacity_type, instance_type=instance_type)
         if result.outcome == "reconciled" and result.generation and result.spare_groups is not None:
             # Warm-spare groups of the multi-node replicas, in groups (each nodes_per_replica nodes).
             _metric("WarmSpareGroups", MetricUnit.Count, result.spare_groups, namespace, generation=result.generation)

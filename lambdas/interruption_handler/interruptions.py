@@ -57,7 +57,7 @@ from .errors import HandlerError, Ignored, Reason
 from .events import Interruption, Reconcile, Signal, StateChange
 from .kube import KubeClient
 from .settings import GroupSpare, Settings, WarmSpare
-from .spot_return import converge_deletion_costs
+from .spot_return import converge_deletion_costs, node_census
 
 NODEPOOL_TAG = "karpenter.sh/nodepool"
 CLUSTER_NAME_TAG = "eks:eks-cluster-name"
@@ -101,6 +101,8 @@ class Result:
     # pods whose pod-deletion-cost this call set
     capacity: dict[str, int] | None = None
     costed_pods: list[str] | None = None
+    # the generation's nodes by "<capacity type>/<instance type>" (metric AcceleratorNodes)
+    nodes: dict[str, int] | None = None
 
     def log_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -511,6 +513,16 @@ def reconcile(
     if settings.drain_on:
         report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock(),
                                                reload=lambda: load_records(table)))
+    if settings.deletion_cost or settings.drain_on:  # the drain group's node access is bound
+        for generation in sorted(settings.generations):
+            try:
+                census = node_census(kube, generation)
+            except HandlerError as error:
+                error.context.update(generation=generation)
+                report.failures.append(error)
+            else:
+                report.results.append(Result("nodes", generation=generation,
+                                             nodes={f"{c}/{t}": n for (c, t), n in sorted(census.items())}))
     for generation, costed in sorted(settings.deletion_cost.items()):
         try:
             costing = converge_deletion_costs(kube, generation=generation, costed=costed)

@@ -48,6 +48,22 @@ class Costing:
     gone: list[str] = field(default_factory=list)
 
 
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+def node_census(kube: KubeClient, generation: str) -> dict[tuple[str, str], int]:
+    """``{(capacity type, instance type): nodes}`` of the generation's registered nodes (every
+    NodePool of it: reserved, spot, on-demand), for the ``AcceleratorNodes`` metric that
+    ``gennstack cost --live`` prices."""
+    found: Counter[tuple[str, str]] = Counter()
+    for node in kube.list_items(NODES_PATH, label_selector=f"{GENERATION_LABEL}={generation}"):
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        capacity, instance_type = labels.get(CAPACITY_TYPE_LABEL), labels.get(INSTANCE_TYPE_LABEL)
+        if capacity in DELETION_COST and isinstance(instance_type, str):
+            found[(capacity, instance_type)] += 1
+    return dict(found)
+
+
 def node_capacity_types(kube: KubeClient, generation: str) -> dict[str, str | None]:
     """``{node name: karpenter.sh/capacity-type}`` of the generation's nodes."""
     found: dict[str, str | None] = {}

@@ -30,9 +30,11 @@ def mixed(kubernetes: FakeKubernetes, monkeypatch: pytest.MonkeyPatch) -> FakeKu
     for name, pool, capacity in [("n-spot", "gen3-g6e", "spot"), ("n-od", "gen3-g6e-on-demand", "on-demand"),
                                  ("n-res", "gen3-g6e-reserved", "reserved")]:
         kubernetes.add_node(name, pool=pool, instance_id=f"i-0{name[2:]:0>16}"[:19],
-                            labels={"gennstack.io/generation": "g6e", "karpenter.sh/capacity-type": capacity})
+                            labels={"gennstack.io/generation": "g6e", "karpenter.sh/capacity-type": capacity,
+                                    "node.kubernetes.io/instance-type": "g6e.xlarge"})
     kubernetes.add_node("n-inf2", pool="gen1-inf2-on-demand", instance_id="i-0aaaaaaaaaaaaaaaa",
-                        labels={"gennstack.io/generation": "inf2", "karpenter.sh/capacity-type": "on-demand"})
+                        labels={"gennstack.io/generation": "inf2", "karpenter.sh/capacity-type": "on-demand",
+                                "node.kubernetes.io/instance-type": "inf2.48xlarge"})
     kubernetes.add_pod(NAMESPACE, "g6e-spot", node="n-spot", labels=SERVER)
     kubernetes.add_pod(NAMESPACE, "g6e-od", node="n-od", labels=SERVER)
     kubernetes.add_pod(NAMESPACE, "g6e-res", node="n-res", labels=SERVER)
@@ -104,3 +106,21 @@ def test_deletion_cost_settings_are_validated() -> None:
     ]:
         with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
             parse(raw)
+
+
+def test_reconcile_counts_each_generations_nodes_by_capacity_and_instance_type(
+    handler: Any, lambda_context: LambdaContext, mixed: FakeKubernetes, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """AcceleratorNodes, what ``gennstack cost --live`` prices: every generation of WARM_SPARES, inf2's
+    on-demand inf2.48xlarge included (its replicas are Ray's, but its node costs the same)."""
+    mixed.add_node("n-od2", pool="gen3-g6e-on-demand", instance_id="i-0cccccccccccccccc",
+                   labels={"gennstack.io/generation": "g6e", "karpenter.sh/capacity-type": "on-demand",
+                           "node.kubernetes.io/instance-type": "g6e.12xlarge"})
+    result = handler.lambda_handler(load_event("scheduled_event"), lambda_context)
+    nodes = {r["generation"]: r["nodes"] for r in result["results"] if r["outcome"] == "nodes"}
+    assert nodes == {"g6e": {"on-demand/g6e.12xlarge": 1, "on-demand/g6e.xlarge": 1, "reserved/g6e.xlarge": 1,
+                             "spot/g6e.xlarge": 1},
+                     "inf2": {"on-demand/inf2.48xlarge": 1}}
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    emitted = {(m["generation"], m["capacity_type"], m["instance_type"]) for m in lines if "_aws" in m and "AcceleratorNodes" in m}
+    assert ("inf2", "on-demand", "inf2.48xlarge") in emitted and len(emitted) == 5
