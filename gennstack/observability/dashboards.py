@@ -399,6 +399,12 @@ def spot_dashboard() -> dict[str, Any]:
             ("max by (dimension_generation) (aws_gennstack_drain_latency_maximum)", "{{dimension_generation}}"),
         ], description="From the EC2 event's time to the last pod patched (the handler's DrainLatency); Envoy drops "
                        "the pods at the next DNS refresh after that."),
+        _panel("Serving replicas by capacity type", "none", [
+            ("max by (dimension_generation, dimension_capacity_type) (aws_gennstack_serving_replicas_maximum)",
+             "{{dimension_generation}} {{dimension_capacity_type}}"),
+        ], description="The Deployment generations' serving pods by their node's karpenter.sh/capacity-type, counted "
+                       "by the reconciler each minute (the handler's ServingReplicas); scale-down takes the "
+                       "on-demand ones first (pod-deletion-cost, docs/spot-drills.md)."),
         _panel("Pod startup p90 and p99 (Karpenter)", "s", [
             # A Summary: its own p90 and p99 (client_golang's default 10-minute window), no buckets.
             ('max(karpenter_pods_startup_duration_seconds{quantile="0.9"})', "p90"),

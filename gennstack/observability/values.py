@@ -218,7 +218,8 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
 
     The handler publishes Interruptions, DuplicateSignals, PrewarmLatency, HandlerLatency,
     WarmSpareReplicas, Errors and, for drain routing, DrainedPods, RestoredPods, KeptPods and
-    DrainLatency in ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
+    DrainLatency, and for the scale-down order ServingReplicas (by capacity type) in
+    ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
     """
     # The dead-letter depth is a gauge: the newest minute's maximum is what the alert wants.
     depth_window = {"period": 60, "length": 300}
@@ -250,6 +251,8 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
                 # published every reconcile (each minute) while a generation's last replicas are kept
                 {"name": "KeptPods", "statistics": ["Maximum"], "nilToZero": True, **period},
                 {"name": "DrainLatency", "statistics": ["Maximum"], **period},
+                # a gauge published every reconcile: serving replicas by their node's capacity type
+                {"name": "ServingReplicas", "statistics": ["Maximum"], **period},
             ],
         }],
     }
