@@ -107,6 +107,8 @@ def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[str], Any] |
         region = args.region or config.region or DEFAULT_REGION
         note = "" if (args.region or config.region) else " (the config names no region: priced at us-east-1)"
         notes: list[str] = []
+        share: dict[str, Any] | None = None
+        newest = None
         if args.live:
             if make_clients is None:
                 import boto3
@@ -118,6 +120,7 @@ def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[str], Any] |
             zones = list(config.network.availability_zones) if config.network.availability_zones else None
             table, notes = live.live_table(region, types, zones, make_clients(region), now)
             table = table.with_overrides(dict(args.price), now.date()) if args.price else table
+            share, newest = _on_demand_share(config, table, make_clients(region), now, notes)
         else:
             table = _table(args, region, now.date())
         breakdown = hourly_cost(config, table)
@@ -130,13 +133,34 @@ def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[str], Any] |
     elif args.json:
         data = report.as_dict(breakdown, table, now.date())
         data["spot_by_zone"] = {t: {z: p.usd for z, p in zones.items()} for t, zones in table.spot_by_zone.items()}
+        if share is not None:
+            data["on_demand_now"] = {**share, "as_of": newest.isoformat() if newest else None}
         print(json.dumps(data, indent=2), file=out)
     else:
         lines = report.hourly_lines(breakdown, table, now.date(), region_note=note)
         if table.spot_by_zone:
             lines += ["spot prices by zone (live, cheapest first):", *live.spot_zones_lines(table)]
+        if share is not None:
+            lines += live.on_demand_share_lines(share, newest)
         print("\n".join(lines), file=out)
     return 0
+
+
+def _on_demand_share(config: Any, table: PriceTable, clients: Callable[[str], Any], now: datetime,
+                     notes: list[str]) -> tuple[dict[str, Any] | None, datetime | None]:
+    """The deployed fleet's on-demand share at ``table``'s prices; a failed read is a note, not a failure
+    (the prices above stand on their own)."""
+    from gennstack.cost import live
+    from gennstack.observability.names import INTERRUPTION_METRICS_NAMESPACE, INTERRUPTION_SERVICE_NAME
+
+    generations = {name: g.instance_types for name, g in config.generations.enabled().items()}
+    try:
+        fleet, newest = live.fetch_fleet(clients("cloudwatch"), generations, now, namespace=INTERRUPTION_METRICS_NAMESPACE,
+                                         service=INTERRUPTION_SERVICE_NAME)
+        return live.on_demand_share(fleet, table), newest
+    except (live.LiveError, PriceError) as exc:
+        notes.append(f"on-demand share now not shown: {exc}")
+        return None, None
 
 
 def run_tokens(args: argparse.Namespace, *, now: datetime | None = None, stdout: TextIO | None = None,

@@ -13,6 +13,11 @@
   since Karpenter v1.14.1 asks EC2 Fleet for spot with price-capacity-optimized allocation
   (pkg/providers/instance/types.go), which weighs capacity too, not every node in the cheapest zone.
 
+* The on-demand share now: the interruption handler's ``AcceleratorNodes`` metric (CloudWatch
+  ``GetMetricData``, read-only: the newest minute of the last ``FLEET_WINDOW_MINUTES``), the
+  accelerator nodes its reconciler counted by generation, capacity type and instance type, priced
+  at these prices: what the on-demand nodes cost per hour, and how much more than at spot.
+
 Only EC2 prices are refreshed; service prices (EKS, NAT, endpoints, NLB, EBS) stay the bundled ones.
 Clients come from a factory (service name -> client) so tests hand in botocore ``Stubber`` clients.
 """
@@ -22,7 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -33,7 +38,11 @@ from gennstack.preflight.aws import ACCESS_DENIED_CODES, client_config, error_co
 ClientFactory = Callable[[str], Any]
 PRICE_LIST_REGION = "us-east-1"
 SPOT_PRODUCT = "Linux/UNIX"
-ACTIONS = {"GetProducts": "pricing:GetProducts", "DescribeSpotPriceHistory": "ec2:DescribeSpotPriceHistory"}
+ACTIONS = {"GetProducts": "pricing:GetProducts", "DescribeSpotPriceHistory": "ec2:DescribeSpotPriceHistory",
+           "GetMetricData": "cloudwatch:GetMetricData"}
+FLEET_METRIC = "AcceleratorNodes"  # lambdas/interruption_handler/handler.py
+FLEET_CAPACITY_TYPES = ("on-demand", "spot", "reserved")
+FLEET_WINDOW_MINUTES = 10
 LIVE_SOURCE = "aws-live"
 
 
@@ -45,7 +54,8 @@ def session_clients(session: Any, region: str) -> ClientFactory:
     """``pricing`` in us-east-1 (where the Price List API answers), ``ec2`` in ``region``, standard retries."""
     config = client_config()
     clients = {"pricing": session.client("pricing", region_name=PRICE_LIST_REGION, config=config),
-               "ec2": session.client("ec2", region_name=region, config=config)}
+               "ec2": session.client("ec2", region_name=region, config=config),
+               "cloudwatch": session.client("cloudwatch", region_name=region, config=config)}
     return clients.__getitem__
 
 
@@ -176,4 +186,77 @@ def spot_zones_lines(table: PriceTable) -> list[str]:
             off = f" ({1 - price.usd / od.usd:.0%} off)" if od else ""
             cells.append(f"{zone} ${price.usd:.4f}{off}")
         lines.append(f"  {instance_type}: " + ", ".join(cells) + f"; cheapest {cells[0].split(' ')[0]}")
+    return lines
+
+
+def fleet_queries(generations: dict[str, tuple[str, ...]], *, namespace: str, service: str) -> list[dict[str, Any]]:
+    """One ``GetMetricData`` query per (generation, capacity type, instance type) of ``AcceleratorNodes``,
+    with the dimensions Powertools writes (the handler's own and ``service``)."""
+    queries = []
+    for generation, types in sorted(generations.items()):
+        for capacity in FLEET_CAPACITY_TYPES:
+            for instance_type in types:
+                dimensions = {"generation": generation, "capacity_type": capacity, "instance_type": instance_type,
+                              "service": service}
+                queries.append({
+                    "Id": f"q{len(queries)}",
+                    "Label": f"{generation}|{capacity}|{instance_type}",
+                    "MetricStat": {"Metric": {"Namespace": namespace, "MetricName": FLEET_METRIC,
+                                              "Dimensions": [{"Name": k, "Value": v} for k, v in sorted(dimensions.items())]},
+                                   "Period": 60, "Stat": "Maximum"},
+                    "ReturnData": True,
+                })
+    return queries
+
+
+def fetch_fleet(cloudwatch: Any, generations: dict[str, tuple[str, ...]], now: datetime, *, namespace: str,
+                service: str) -> tuple[dict[tuple[str, str, str], int], datetime | None]:
+    """``{(generation, capacity type, instance type): nodes}`` from each series' newest minute in the
+    window (a series without one: none now, the handler publishes only what it counts), and that minute."""
+    queries = fleet_queries(generations, namespace=namespace, service=service)
+    labels = {q["Id"]: tuple(q["Label"].split("|")) for q in queries}
+    found: dict[tuple[str, str, str], int] = {}
+    newest: datetime | None = None
+    for start in range(0, len(queries), 500):  # GetMetricData takes at most 500 queries
+        params: dict[str, Any] = {"MetricDataQueries": queries[start:start + 500], "ScanBy": "TimestampDescending",
+                                  "StartTime": now - timedelta(minutes=FLEET_WINDOW_MINUTES), "EndTime": now}
+        while True:
+            page = _call("the interruption handler's AcceleratorNodes", cloudwatch.get_metric_data, **params)
+            for result in page.get("MetricDataResults", []):
+                if result.get("Values") and result.get("Timestamps") and result["Id"] in labels:
+                    key = labels[result["Id"]]
+                    if key not in found:  # TimestampDescending: the first is the newest
+                        found[key] = int(result["Values"][0])
+                        stamp = result["Timestamps"][0]
+                        newest = stamp if newest is None or stamp > newest else newest
+            if not page.get("NextToken"):
+                break
+            params["NextToken"] = page["NextToken"]
+    return {k: n for k, n in found.items() if n > 0}, newest
+
+
+def on_demand_share(fleet: dict[tuple[str, str, str], int], table: PriceTable) -> dict[str, Any]:
+    """What the on-demand nodes in ``fleet`` cost per hour at ``table``'s prices, and at spot's."""
+    rows = []
+    for (generation, capacity, instance_type), nodes in sorted(fleet.items()):
+        if capacity != "on-demand":
+            continue
+        od, spot = table.on_demand_price(instance_type).usd, table.spot_price(instance_type).usd
+        rows.append({"generation": generation, "instance_type": instance_type, "nodes": nodes,
+                     "on_demand_usd_per_hour": nodes * od, "spot_usd_per_hour": nodes * spot,
+                     "premium_usd_per_hour": nodes * (od - spot)})
+    total = {key: sum(r[key] for r in rows) for key in ("on_demand_usd_per_hour", "spot_usd_per_hour", "premium_usd_per_hour")}
+    counts = {c: sum(n for (_, cap, _), n in fleet.items() if cap == c) for c in FLEET_CAPACITY_TYPES}
+    return {"nodes_by_capacity_type": counts, "on_demand": rows, **total}
+
+
+def on_demand_share_lines(share: dict[str, Any], newest: datetime | None) -> list[str]:
+    when = f" at {newest.isoformat(timespec='minutes')}" if newest else ""
+    counts = ", ".join(f"{n} {c}" for c, n in share["nodes_by_capacity_type"].items())
+    lines = [f"on-demand share now (the interruption handler's AcceleratorNodes{when}): accelerator nodes {counts}"]
+    for row in share["on_demand"]:
+        lines.append(f"  {row['generation']}: {row['nodes']} x {row['instance_type']} on-demand ${row['on_demand_usd_per_hour']:.2f}/h, "
+                     f"${row['premium_usd_per_hour']:.2f}/h more than at spot (${row['spot_usd_per_hour']:.2f}/h)")
+    lines.append(f"  on-demand premium now: ${share['premium_usd_per_hour']:.2f}/h" if share["on_demand"]
+                 else "  no accelerator node on on-demand")
     return lines

@@ -31,3 +31,6 @@ GENERATION_LABEL = "generation"
 # The CloudWatch namespace of the interruption handler's metrics (POWERTOOLS_METRICS_NAMESPACE of its
 # function; tests/observability/test_construct.py holds the two equal).
 INTERRUPTION_METRICS_NAMESPACE = "GenNStack"
+# Its POWERTOOLS_SERVICE_NAME: Powertools adds it to every metric as the dimension "service", so a
+# CloudWatch query of the handler's metrics (gennstack cost --live) names it.
+INTERRUPTION_SERVICE_NAME = "interruption-handler"

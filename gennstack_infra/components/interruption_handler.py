@@ -25,6 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 from gennstack_infra.paths import BUILD, LAMBDAS
 from gennstack.config import GenNStackConfig
+from gennstack.observability.names import INTERRUPTION_METRICS_NAMESPACE, INTERRUPTION_SERVICE_NAME
 from gennstack.serving.multinode import warm_spare_group_name, warm_spare_namespace
 
 FUNCTION_SOURCE = LAMBDAS
@@ -454,8 +455,8 @@ class InterruptionHandler(Construct):
                 "DELETION_COST": json.dumps(costs, sort_keys=True),
                 "RECORD_TTL_SECONDS": str(settings.record_ttl_seconds),
                 "REPLACEMENT_GRACE_SECONDS": str(settings.replacement_grace_seconds),
-                "POWERTOOLS_SERVICE_NAME": "interruption-handler",
-                "POWERTOOLS_METRICS_NAMESPACE": "GenNStack",
+                "POWERTOOLS_SERVICE_NAME": INTERRUPTION_SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": INTERRUPTION_METRICS_NAMESPACE,
                 "LOG_LEVEL": "INFO",
             },
             description="GenNStack: pre-warms replacement capacity on spot interruption signals",

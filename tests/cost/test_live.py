@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from tests.support import ROOT
 EVENTS = ROOT / "tests" / "events" / "cost"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 TYPES = ["g6e.12xlarge", "g6e.xlarge", "inf2.48xlarge", "m7i.large", "m7i.xlarge"]
+FLEET_GENERATIONS = {"inf2": ("inf2.48xlarge",), "g6e": ("g6e.xlarge", "g6e.12xlarge")}
 CONFIG = {"region": "us-east-1", "generations": {"trn2": {"enabled": False}, "g6e": {"instance_types": ["g6e.xlarge", "g6e.12xlarge"]}}}
 
 
@@ -42,12 +43,13 @@ class Stubs:
     def __init__(self, region: str = "us-east-1") -> None:
         self.pricing = boto3.client("pricing", region_name="us-east-1")
         self.ec2 = boto3.client("ec2", region_name=region)
-        self.stubbers = {"pricing": Stubber(self.pricing), "ec2": Stubber(self.ec2)}
+        self.cloudwatch = boto3.client("cloudwatch", region_name=region)
+        self.stubbers = {"pricing": Stubber(self.pricing), "ec2": Stubber(self.ec2), "cloudwatch": Stubber(self.cloudwatch)}
         for stubber in self.stubbers.values():
             stubber.activate()
 
     def factory(self, service: str) -> Any:
-        return {"pricing": self.pricing, "ec2": self.ec2}[service]
+        return {"pricing": self.pricing, "ec2": self.ec2, "cloudwatch": self.cloudwatch}[service]
 
     def products(self, region: str = "us-east-1", empty: tuple[str, ...] = ()) -> None:
         for instance_type in TYPES:
@@ -61,6 +63,21 @@ class Stubs:
         if zones:
             params["Filters"] = [{"Name": "availability-zone", "Values": zones}]
         self.stubbers["ec2"].add_response("describe_spot_price_history", event("ec2.describe_spot_price_history.us-east-1"), params)
+
+    def fleet(self, nodes: dict[str, float] | None = None, generations: dict[str, tuple[str, ...]] | None = None) -> None:
+        """The handler's AcceleratorNodes as GetMetricData answers: ``{"<generation>|<capacity>|<type>": nodes}``
+        (newest first); every other series has no datapoint in the window."""
+        generations = generations or FLEET_GENERATIONS
+        queries = live.fleet_queries(generations, namespace="GenNStack", service="interruption-handler")
+        results = []
+        for query in queries:
+            value = (nodes or {}).get(query["Label"])
+            results.append({"Id": query["Id"], "Label": query["Label"], "StatusCode": "Complete",
+                            "Timestamps": [NOW - timedelta(minutes=2), NOW - timedelta(minutes=3)] if value is not None else [],
+                            "Values": [value, 99.0] if value is not None else []})
+        self.stubbers["cloudwatch"].add_response("get_metric_data", {"MetricDataResults": results, "Messages": []}, {
+            "MetricDataQueries": queries, "ScanBy": "TimestampDescending",
+            "StartTime": NOW - timedelta(minutes=10), "EndTime": NOW})
 
     def done(self) -> None:
         for stubber in self.stubbers.values():
@@ -89,6 +106,7 @@ def test_live_prices_replace_the_bundled_ones_and_spot_is_observed_per_zone(tmp_
     stubs = Stubs()
     stubs.products()
     stubs.spot()
+    stubs.fleet()
     code, out, err = run(args(tmp_path, CONFIG), stubs)
     stubs.done()
     assert code == 0, err
@@ -111,6 +129,7 @@ def test_live_json_and_configured_zones(tmp_path: Path) -> None:
     stubs = Stubs()
     stubs.products()
     stubs.spot(["us-east-1a", "us-east-1c", "us-east-1d"])
+    stubs.fleet()
     config = {**CONFIG, "network": {"availability_zones": ["us-east-1a", "us-east-1c", "us-east-1d"]}}
     code, out, _ = run(args(tmp_path, config, json=True), stubs)
     stubs.done()
@@ -125,6 +144,7 @@ def test_a_type_not_sold_on_demand_is_noted(tmp_path: Path) -> None:
     stubs = Stubs()
     stubs.products(empty=("g6e.12xlarge",))
     stubs.spot()
+    stubs.fleet()
     code, out, _ = run(args(tmp_path, CONFIG), stubs)
     assert code == 0 and "no on-demand price in us-east-1 for g6e.12xlarge (not sold on demand there)" in out
 
@@ -173,6 +193,7 @@ def test_live_in_a_region_the_bundled_table_lacks_keeps_us_east_1_service_prices
             "FormatVersion": "aws_v1", "MaxResults": 100})
     stubs.stubbers["ec2"].add_response("describe_spot_price_history", event("ec2.describe_spot_price_history.us-east-2"),
                                        {"InstanceTypes": types, "ProductDescriptions": ["Linux/UNIX"], "StartTime": NOW})
+    stubs.fleet(generations={"g6e": ("g6e.xlarge",)})
     config = {"region": "us-east-2", "generations": {"inf2": {"enabled": False}, "trn2": {"enabled": False},
                                                      "g6e": {"instance_types": ["g6e.xlarge"]}}}
     code, out, err = run(args(tmp_path, config), stubs)
@@ -203,3 +224,50 @@ def test_zero_price_dimensions_are_skipped_like_karpenters() -> None:
         for dim in term["priceDimensions"].values():
             dim["pricePerUnit"]["USD"] = "0.0000000000"
     assert live.parse_on_demand(json.dumps(product)) is None
+
+
+def test_live_shows_what_the_on_demand_share_costs_now(tmp_path: Path) -> None:
+    """The reconciler's AcceleratorNodes (lambdas/interruption_handler/spot_return.py node_census) priced live:
+    one inf2.48xlarge left on on-demand costs its on-demand price, and that less its spot price more than spot."""
+    stubs = Stubs()
+    stubs.products()
+    stubs.spot()
+    stubs.fleet({"inf2|on-demand|inf2.48xlarge": 1, "g6e|spot|g6e.xlarge": 2, "g6e|on-demand|g6e.xlarge": 0})
+    code, out, err = run(args(tmp_path, CONFIG, json=True), stubs)
+    stubs.done()
+    assert code == 0, err
+    share = json.loads(out)["on_demand_now"]
+    assert share["nodes_by_capacity_type"] == {"on-demand": 1, "spot": 2, "reserved": 0}
+    [row] = share["on_demand"]
+    on_demand = json.loads(out)["groups"]["inf2"]["items"][0]["on_demand_usd_per_hour"]
+    assert (row["generation"], row["instance_type"], row["nodes"]) == ("inf2", "inf2.48xlarge", 1)
+    assert row["on_demand_usd_per_hour"] == pytest.approx(on_demand)
+    assert row["premium_usd_per_hour"] == pytest.approx(on_demand - 3.8938)  # the cheapest zone's spot, as above
+    assert share["as_of"] == (NOW - timedelta(minutes=2)).isoformat()
+
+
+def test_the_share_text_and_a_denied_read_is_a_note(tmp_path: Path) -> None:
+    stubs = Stubs()
+    stubs.products()
+    stubs.spot()
+    stubs.fleet({"inf2|on-demand|inf2.48xlarge": 1})
+    code, out, _ = run(args(tmp_path, CONFIG), stubs)
+    assert code == 0
+    assert any(line.startswith("  inf2: 1 x inf2.48xlarge on-demand $") and "more than at spot ($3.89/h)" in line
+               for line in out.splitlines()), out
+    denied = Stubs()
+    denied.products()
+    denied.spot()
+    denied.stubbers["cloudwatch"].add_client_error("get_metric_data", service_error_code="AccessDenied",
+                                                   service_message="no", http_status_code=403)
+    code, out, _ = run(args(tmp_path, CONFIG), denied)
+    assert code == 0 and "on-demand share now not shown: --live: access denied to cloudwatch:GetMetricData" in out
+
+
+def test_fleet_queries_name_the_handlers_dimensions() -> None:
+    """Powertools v3 adds the service name as dimension "service" to each single_metric, next to the
+    handler's own (generation, capacity_type, instance_type): a query without it finds nothing."""
+    [query] = live.fleet_queries({"inf2": ("inf2.48xlarge",)}, namespace="GenNStack", service="interruption-handler")[:1]
+    assert query["MetricStat"]["Metric"] == {"Namespace": "GenNStack", "MetricName": "AcceleratorNodes", "Dimensions": [
+        {"Name": "capacity_type", "Value": "on-demand"}, {"Name": "generation", "Value": "inf2"},
+        {"Name": "instance_type", "Value": "inf2.48xlarge"}, {"Name": "service", "Value": "interruption-handler"}]}

@@ -124,3 +124,9 @@ def test_reconcile_counts_each_generations_nodes_by_capacity_and_instance_type(
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     emitted = {(m["generation"], m["capacity_type"], m["instance_type"]) for m in lines if "_aws" in m and "AcceleratorNodes" in m}
     assert ("inf2", "on-demand", "inf2.48xlarge") in emitted and len(emitted) == 5
+    # the dimensions gennstack cost --live queries (gennstack/cost/live.py fleet_queries): Powertools adds "service"
+    from gennstack.observability.names import INTERRUPTION_SERVICE_NAME
+    [dimensions] = {tuple(sorted(m["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0])) for m in lines
+                    if "_aws" in m and "AcceleratorNodes" in m}
+    assert dimensions == ("capacity_type", "generation", "instance_type", "service")
+    assert {m["service"] for m in lines if "AcceleratorNodes" in m} == {INTERRUPTION_SERVICE_NAME}
