@@ -98,8 +98,18 @@ class Backoff:
     retry_at: float = 0.0
 
 
+# aws/karpenter-provider-aws v1.14.1 pkg/cache/cache.go: an offering that failed with insufficient
+# capacity is marked unavailable for UnavailableOfferingsTTL = 3 * time.Minute; Karpenter retries it
+# only after that, so a spot attempt sooner than this after a failure would only hit the same mark.
+KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S = 180.0
+
+
 @dataclass(frozen=True)
 class Policy:
+    """Bounds of a move. Defaults: the first retry after a failed attempt comes after Karpenter's own
+    unavailable-offering mark has expired (``KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S``), and a
+    replacement may stay unscheduled while Karpenter tries the other spot offerings meanwhile."""
+
     enabled: bool = True
     settle_s: float = 600.0  # an on-demand replica serves this long before a move is tried
     pending_bound_s: float = 600.0  # the replacement must be scheduled (a spot node launched) by then

@@ -152,3 +152,12 @@ def test_deletion_cost_orders_on_demand_first_reserved_last():
 def test_bad_policy_is_named():
     with pytest.raises(ValueError, match="backoff_cap_s"):
         Policy(backoff_base_s=100, backoff_cap_s=10)
+
+
+def test_default_backoff_outlasts_karpenters_unavailable_offering_mark():
+    """aws/karpenter-provider-aws v1.14.1 pkg/cache/cache.go: "UnavailableOfferingsTTL = 3 * time.Minute"."""
+    from lambdas.interruption_handler.return_to_spot import KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S
+
+    assert KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S == 180
+    assert Policy().backoff_base_s > KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S
+    assert Policy().pending_bound_s > KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S
