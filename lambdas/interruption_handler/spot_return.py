@@ -15,7 +15,10 @@ feature ``PodDeletionCost``, beta and on by default since v1.22; an absent annot
 when KEDA's HPA lowers a Deployment's replicas, its on-demand replicas go before its spot ones and
 reserved ones last; Karpenter then removes the emptied on-demand node (``WhenEmpty``). It only
 orders, it never deletes, and it is best-effort between reconciles: a pod scheduled since the last
-run counts 0 until the next (within a minute).
+run counts 0 until the next (within a minute). Karpenter v1.14.1 reads the annotation too, as a part of
+a pod's eviction cost for ranking consolidation candidates, divided by 2^27
+(``pkg/utils/disruption/disruption.go`` ``EvictionCost``): these values move that by under 1e-6, and the
+accelerator NodePools consolidate only empty nodes anyway.
 
 Access: the drain group's ``pods`` ``list``/``patch`` and ``nodes`` ``list``; the admission policy
 (``gennstack_infra/components/interruption_handler.py``) lets that group change only this
