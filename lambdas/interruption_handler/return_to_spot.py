@@ -73,6 +73,8 @@ class Replica:
     deleting: bool = False  # metadata.deletionTimestamp set
     started_at: float | None = None  # when it became Ready (or was created), epoch seconds
     in_flight: int | None = None  # requests it is serving, where known
+    # what it costs per hour more than the same capacity at spot, where known: moved first
+    premium_usd_per_hour: float | None = None
 
     @property
     def serving(self) -> bool:
@@ -156,7 +158,8 @@ def serving_count(replicas: Iterable[Replica], *, without: str | None = None) ->
 
 
 def pick_target(replicas: Sequence[Replica], *, now: float, policy: Policy) -> Replica | None:
-    """The on-demand replica to move first: serving, settled, the longest-serving (then by name)."""
+    """The on-demand replica to move first: serving, settled; the largest known premium over spot,
+    then the longest-serving, then by name."""
     candidates = [
         r for r in replicas
         if r.capacity_type == ON_DEMAND and r.serving
@@ -164,7 +167,8 @@ def pick_target(replicas: Sequence[Replica], *, now: float, policy: Policy) -> R
     ]
     if not candidates:
         return None
-    return min(candidates, key=lambda r: (r.started_at if r.started_at is not None else float("-inf"), r.pod))
+    return min(candidates, key=lambda r: (-(r.premium_usd_per_hour or 0.0),
+                                          r.started_at if r.started_at is not None else float("-inf"), r.pod))
 
 
 def decide(

@@ -161,3 +161,15 @@ def test_default_backoff_outlasts_karpenters_unavailable_offering_mark():
     assert KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S == 180
     assert Policy().backoff_base_s > KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S
     assert Policy().pending_bound_s > KARPENTER_UNAVAILABLE_OFFERINGS_TTL_S
+
+
+def test_the_dearest_settled_on_demand_replica_moves_first():
+    cheap = od("a", started_at=0, premium_usd_per_hour=1.1)
+    dear = od("b", started_at=100, premium_usd_per_hour=6.4)
+    unknown = od("c", started_at=0)
+    d = decide([cheap, dear, unknown], ready_minimum=1, move=None, backoff=Backoff(), now=10_000, policy=POLICY)
+    assert (d.action, d.pod) == (Action.START, "b")
+    # without prices: the longest-serving, then by name
+    d = decide([od("y", started_at=5), od("x", started_at=5), od("z", started_at=9)], ready_minimum=1, move=None,
+               backoff=Backoff(), now=10_000, policy=POLICY)
+    assert d.pod == "x"
