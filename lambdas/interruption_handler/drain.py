@@ -263,12 +263,14 @@ def drain_instance(kube: KubeClient, *, pool: str, namespace: str, drain: Drain,
 
 
 def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, doomed_instances: set[str],
-                  recheck: Callable[[], set[str]] | None = None) -> tuple[Routing, Routing]:
+                  recheck: Callable[[], set[str]] | None = None,
+                  held: frozenset[str] | set[str] = frozenset()) -> tuple[Routing, Routing]:
     """Drain every node of ``doomed_instances`` (unless no serving pod would remain elsewhere: then
     ``kept``); restore drained pods on any other node. (drained, restored).
 
     ``recheck`` returns the doomed instances again, read just before restoring: pods on a node doomed
-    since ``doomed_instances`` was read stay drained."""
+    since ``doomed_instances`` was read stay drained. ``held``: pods a return-to-spot move keeps out of
+    routing (spot_move.py), never restored here."""
     nodes = pool_nodes(kube, pool)
     doomed_nodes = {name for name, instance in nodes.items() if instance in doomed_instances}
     pods = kube.list_items(pods_path(namespace), label_selector=drain.pods)
@@ -280,6 +282,7 @@ def converge_pool(kube: KubeClient, *, pool: str, namespace: str, drain: Drain, 
         if ((pod.get("metadata") or {}).get("labels") or {}).get(ROUTABLE_LABEL) != "true"
         and node_of(pod) not in doomed_nodes
         and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        and (pod.get("metadata") or {}).get("name") not in held
     ]
     if stale and recheck is not None:
         newly = {name for name, instance in nodes.items() if instance in recheck()} - doomed_nodes

@@ -32,6 +32,8 @@ logger = Logger()
 DEADLINE_MARGIN_S = 2.0
 # Ignored outcomes that are also counted (metric ForeignEvents) and logged at WARNING.
 FOREIGN = frozenset({Ignored.FOREIGN_ACCOUNT, Ignored.FOREIGN_REGION})
+# return-to-spot actions counted in SpotMoves, by their outcome dimension (the others only log)
+MOVE_METRICS = {"start": "started", "complete": "completed", "cancel": "cancelled", "restore": "restored"}
 _AWS_CONFIG = Config(connect_timeout=3, read_timeout=5, retries={"mode": "standard", "max_attempts": 3})
 
 
@@ -113,7 +115,7 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
         if result.outcome == "ignored":
             logger.info("instance is not ours", extra=fields)
             continue
-        subject = ("instance" if result.instance_id else "serving pods" if result.outcome in ("routing", "capacity", "nodes")
+        subject = ("instance" if result.instance_id else "serving pods" if result.outcome in ("routing", "capacity", "nodes", "move")
                    else "warm spare")
         logger.info(f"{subject} {result.outcome}", extra=fields)
         if result.drain_latency_ms is not None and result.generation:
@@ -147,6 +149,10 @@ def _publish(report: Report, *, namespace: str, handler_ms: float) -> None:
                 capacity_type, instance_type = key.split("/", 1)
                 _metric("AcceleratorNodes", MetricUnit.Count, count, namespace, generation=result.generation,
                         capacity_type=capacity_type, instance_type=instance_type)
+        if result.outcome == "move" and result.generation and result.move in MOVE_METRICS:
+            # Return to spot (spot_move.py): moves started, completed, cancelled (by cause), restored.
+            _metric("SpotMoves", MetricUnit.Count, 1, namespace, generation=result.generation,
+                    outcome=MOVE_METRICS[result.move], cause=result.move_cause or "none")
         if result.outcome == "reconciled" and result.generation and result.spare_groups is not None:
             # Warm-spare groups of the multi-node replicas, in groups (each nodes_per_replica nodes).
             _metric("WarmSpareGroups", MetricUnit.Count, result.spare_groups, namespace, generation=result.generation)

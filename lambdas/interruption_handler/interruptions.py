@@ -57,6 +57,7 @@ from .errors import HandlerError, Ignored, Reason
 from .events import Interruption, Reconcile, Signal, StateChange
 from .kube import KubeClient
 from .settings import GroupSpare, Settings, WarmSpare
+from .spot_move import step as move_step
 from .spot_return import converge_deletion_costs, node_census
 
 NODEPOOL_TAG = "karpenter.sh/nodepool"
@@ -103,6 +104,13 @@ class Result:
     costed_pods: list[str] | None = None
     # the generation's nodes by "<capacity type>/<instance type>" (metric AcceleratorNodes)
     nodes: dict[str, int] | None = None
+    # return to spot (spot_move.py): the step's action, why (a short cause for cancel/restore), the
+    # on-demand pod and its replacement, the minimum it set
+    move: str | None = None
+    move_cause: str | None = None
+    pod: str | None = None
+    replacement: str | None = None
+    min_replicas: int | None = None
 
     def log_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -510,9 +518,10 @@ def reconcile(
     except HandlerError as error:
         report.failures.append(error)  # still converge: the counts are right without the marks
     _note_active_groups(kube, report, table, settings=settings, now=clock())
+    held, move_out = _return_to_spot(kube, report, table, settings=settings, clock=clock)
     if settings.drain_on:
         report.results.extend(_converge_drains(kube, report, records_or_none(report, table), settings=settings, now=clock(),
-                                               reload=lambda: load_records(table)))
+                                               reload=lambda: load_records(table), held=held))
     if settings.deletion_cost or settings.drain_on:  # the drain group's node access is bound
         for generation in sorted(settings.generations):
             try:
@@ -525,7 +534,7 @@ def reconcile(
                                              nodes={f"{c}/{t}": n for (c, t), n in sorted(census.items())}))
     for generation, costed in sorted(settings.deletion_cost.items()):
         try:
-            costing = converge_deletion_costs(kube, generation=generation, costed=costed)
+            costing = converge_deletion_costs(kube, generation=generation, costed=costed, skip=move_out)
         except HandlerError as error:
             error.context.update(generation=generation, namespace=costed.namespace)
             report.failures.append(error)
@@ -547,6 +556,40 @@ def reconcile(
             if reconciled.replicas is None and reconciled.spare_groups is not None:
                 report.results.append(reconciled)
     return report
+
+
+def _return_to_spot(kube: KubeClient, report: Report, table: Any, *, settings: Settings,
+                    clock: Clock) -> tuple[set[str], set[str]]:
+    """One step of each generation's move (spot_move.py). Returns the pods the moves keep out of
+    routing and those at the move-out cost, for the drain and cost passes to leave alone. A generation
+    whose records cannot be read starts nothing (an interruption may be active); a 409 is another
+    invocation's step: nothing done, logged."""
+    held: set[str] = set()
+    move_out: set[str] = set()
+    if not settings.return_to_spot:
+        return held, move_out
+    try:
+        active = active_by_generation(load_records(table), now=clock(), settings=settings)
+    except HandlerError as error:
+        report.failures.append(error)
+        return held, move_out
+    for generation, target in sorted(settings.return_to_spot.items()):
+        try:
+            stepped = move_step(kube, generation=generation, target=target, policy=settings.return_to_spot_policy,
+                                interruptions_active=active[generation], now=clock())
+        except HandlerError as error:
+            error.context.update(generation=generation, namespace=target.namespace, scaled_object=target.scaled_object)
+            report.failures.append(error)
+            continue
+        held |= stepped.held
+        move_out |= stepped.move_out
+        decision = stepped.decision
+        report.results.append(Result(
+            "move", "conflict: another invocation stepped first" if stepped.conflict else decision.reason,
+            generation=generation, move="conflict" if stepped.conflict else decision.action.value,
+            move_cause=decision.cause, pod=decision.pod, replacement=decision.replacement,
+            min_replicas=stepped.min_replica_count, restored_pods=stepped.restored or None))
+    return held, move_out
 
 
 def _note_active_groups(kube: KubeClient, report: Report, table: Any, *, settings: Settings, now: float) -> None:
@@ -585,7 +628,8 @@ def _doomed(records: list[dict[str, Any]], *, pool: str, signals: set[str] | fro
 
 
 def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, Any]] | None, *, settings: Settings,
-                     now: float, reload: Callable[[], list[dict[str, Any]]]) -> list[Result]:
+                     now: float, reload: Callable[[], list[dict[str, Any]]],
+                     held: set[str] | frozenset[str] = frozenset()) -> list[Result]:
     """Per draining NodePool: drain the nodes of active records whose signals drain it, restore the rest.
     A NodePool whose doomed pods are kept (its generation's last serving pods) reports them every run.
 
@@ -604,7 +648,7 @@ def _converge_drains(kube: KubeClient, report: Report, records: list[dict[str, A
 
         try:
             drained, restored = converge_pool(kube, pool=pool, namespace=spare.namespace, drain=drain, doomed_instances=doomed,
-                                              recheck=recheck)
+                                              recheck=recheck, held=held)
         except HandlerError as error:
             error.context.update(nodepool=pool, generation=spare.generation, namespace=spare.namespace)
             report.failures.append(error)

@@ -99,6 +99,26 @@ class KubeClient:
         return items
 
     @staticmethod
+    def scaled_object_path(namespace: str, name: str) -> str:
+        return f"/apis/keda.sh/v1alpha1/namespaces/{quote(namespace, safe='')}/scaledobjects/{quote(name, safe='')}"
+
+    def get_scaled_object(self, namespace: str, name: str) -> dict[str, Any]:
+        """A KEDA ScaledObject (return to spot reads its ``spec.minReplicaCount`` and its state annotation)."""
+        body = self._call("GET", self.scaled_object_path(namespace, name), None)
+        if not isinstance(body, dict) or not isinstance((body.get("metadata") or {}).get("resourceVersion"), str):
+            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a ScaledObject", namespace=namespace, name=name)
+        return body
+
+    def patch_scaled_object(self, namespace: str, name: str, *, resource_version: str, annotations: dict[str, str],
+                            min_replica_count: int | None = None) -> dict[str, Any]:
+        """Merge-patch a ScaledObject's annotations (and ``spec.minReplicaCount``) at ``resource_version``:
+        409 (``Reason.KUBE_CONFLICT``) when it changed since that read."""
+        body: dict[str, Any] = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
+        if min_replica_count is not None:
+            body["spec"] = {"minReplicaCount": min_replica_count}
+        return self._call("PATCH", self.scaled_object_path(namespace, name), body)
+
+    @staticmethod
     def pod_path(namespace: str, name: str) -> str:
         return f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
 

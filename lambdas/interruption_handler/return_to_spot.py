@@ -20,8 +20,11 @@ A move, one per generation at a time:
    replicas left without it are at least ``ready_minimum``; otherwise ``WAIT``.
 4. Drained: ``DELETE`` it once its streams are done (``in_flight == 0`` after ``drain_settle_s``,
    the time for the gateway to stop sending it new requests) or ``drain_grace_s`` after the drain,
-   whichever comes first. If the serving replicas drop below ``ready_minimum`` before that
-   (another replica lost), ``RESTORE`` it to routing and wait.
+   whichever comes first (the move's ``released_at``: for the HPA-scaled Deployments the delete is
+   the raised minimum put back, and the HPA and the ReplicaSet remove the pod, ``spot_move.py``).
+   If the serving replicas drop below ``ready_minimum`` before that (another replica lost),
+   ``RESTORE`` it to routing and wait. Released and still there after ``release_bound_s`` (the load
+   keeps it), or the generation below its minimum: ``RESTORE`` it and the move ends (no backoff).
 5. The on-demand pod gone: ``COMPLETE`` (the backoff resets). Karpenter then removes its empty
    node (the accelerator NodePools consolidate ``WhenEmpty``).
 
@@ -45,6 +48,9 @@ RESERVED = "reserved"
 CAPACITY_TYPES = (SPOT, ON_DEMAND, RESERVED)
 
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+# The move's drained on-demand pod: below every capacity type's, so the ReplicaSet removes it first
+# when the HPA takes the raised replica back (spot_move.py).
+MOVE_OUT_DELETION_COST = -200
 # Lower is deleted first (kubernetes/kubernetes pkg/controller/controller_utils.go ActivePodsWithRanks,
 # after unscheduled < scheduled, pending < running, not ready < ready). Unannotated pods count as 0.
 DELETION_COST = {ON_DEMAND: -100, SPOT: 0, RESERVED: 100}
@@ -89,6 +95,9 @@ class Move:
     started_at: float
     replacement: str | None = None  # the replacement pod's name once known
     drained_at: float | None = None
+    # when the raised minimum was put back (Action.DELETE carried out by the HPA and the ReplicaSet:
+    # spot_move.py); None while it is raised
+    released_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -120,10 +129,14 @@ class Policy:
     drain_grace_s: float = 600.0  # after the drain, the pod goes whatever its streams
     backoff_base_s: float = 300.0
     backoff_cap_s: float = 3600.0
+    # after the raised minimum is put back, how long the HPA may keep the drained pod before it goes
+    # back into routing (the load wants it): the HPA's scale-down stabilization window (the chart's
+    # scaleDownDelaySeconds, 1800 s for trn2) plus its sync and KEDA's poll (spot_move.py)
+    release_bound_s: float = 1900.0
 
     def __post_init__(self) -> None:
         for name in ("settle_s", "pending_bound_s", "ready_bound_s", "drain_settle_s", "drain_grace_s",
-                     "backoff_base_s", "backoff_cap_s"):
+                     "backoff_base_s", "backoff_cap_s", "release_bound_s"):
             value = getattr(self, name)
             if not value >= 0:
                 raise ValueError(f"Policy.{name}={value!r} must be >= 0")
@@ -144,6 +157,9 @@ class Decision:
     pod: str | None = None  # the on-demand pod acted on
     replacement: str | None = None  # the replacement acted on (CANCEL) or waited for
     retry_at: float | None = None  # WAIT: when waiting can end at the earliest, where known
+    # CANCEL and RESTORE: a short code of why, for the metrics (on_demand, unscheduled, not_ready,
+    # replacement_deleted, capacity_error; below_minimum, kept)
+    cause: str | None = None
 
 
 def backoff_after_failure(backoff: Backoff, *, now: float, policy: Policy) -> Backoff:
@@ -229,10 +245,10 @@ def _replacement_of(replicas: Sequence[Replica], move: Move) -> Replica | None:
     return next((r for r in replicas if r.pod == move.replacement), None)
 
 
-def _cancel(move: Move, reason: str, *, backoff: Backoff, now: float, policy: Policy) -> Decision:
+def _cancel(move: Move, reason: str, *, backoff: Backoff, now: float, policy: Policy, cause: str) -> Decision:
     after = backoff_after_failure(backoff, now=now, policy=policy)
     return Decision(Action.CANCEL, reason, None, after, pod=move.pod, replacement=move.replacement,
-                    retry_at=after.retry_at)
+                    retry_at=after.retry_at, cause=cause)
 
 
 def _before_drain(replicas: Sequence[Replica], target: Replica, move: Move, *, ready_minimum: int, backoff: Backoff,
@@ -240,22 +256,24 @@ def _before_drain(replicas: Sequence[Replica], target: Replica, move: Move, *, r
     replacement = _replacement_of(replicas, move)
     waited = now - move.started_at
     if capacity_error:
-        return _cancel(move, "no spot capacity for the replacement", backoff=backoff, now=now, policy=policy)
+        return _cancel(move, "no spot capacity for the replacement", backoff=backoff, now=now, policy=policy,
+                       cause="capacity_error")
     if replacement is not None and replacement.capacity_type not in (None, SPOT):
         return _cancel(move, f"the replacement landed on {replacement.capacity_type}", backoff=backoff, now=now,
-                       policy=policy)
+                       policy=policy, cause=str(replacement.capacity_type).replace("-", "_"))
     if replacement is None or replacement.node is None:
         if waited >= policy.pending_bound_s:
             return _cancel(move, f"the replacement was not scheduled within {policy.pending_bound_s:g}s",
-                           backoff=backoff, now=now, policy=policy)
+                           backoff=backoff, now=now, policy=policy, cause="unscheduled")
         return Decision(Action.WAIT, "the replacement is pending", move, backoff, pod=move.pod,
                         replacement=move.replacement, retry_at=move.started_at + policy.pending_bound_s)
     if replacement.deleting:
-        return _cancel(move, "the replacement is being deleted", backoff=backoff, now=now, policy=policy)
+        return _cancel(move, "the replacement is being deleted", backoff=backoff, now=now, policy=policy,
+                       cause="replacement_deleted")
     if not replacement.ready:
         if waited >= policy.ready_bound_s:
             return _cancel(move, f"the replacement was not Ready within {policy.ready_bound_s:g}s",
-                           backoff=backoff, now=now, policy=policy)
+                           backoff=backoff, now=now, policy=policy, cause="not_ready")
         return Decision(Action.WAIT, "the replacement is loading", move, backoff, pod=move.pod,
                         replacement=move.replacement, retry_at=move.started_at + policy.ready_bound_s)
     if not target.serving:
@@ -274,19 +292,39 @@ def _after_drain(replicas: Sequence[Replica], target: Replica, move: Move, *, re
     assert move.drained_at is not None
     if target.deleting:
         return Decision(Action.WAIT, "the on-demand pod is terminating", move, backoff, pod=move.pod)
+    if move.released_at is not None:
+        return _after_release(replicas, target, move, ready_minimum=ready_minimum, backoff=backoff, now=now,
+                              policy=policy)
     if serving_count(replicas, without=target.pod) < ready_minimum:
         if target.ready and not target.routable:
             return Decision(Action.RESTORE, "the generation fell below its ready minimum", replace(move, drained_at=None),
-                            backoff, pod=move.pod, replacement=move.replacement)
+                            backoff, pod=move.pod, replacement=move.replacement, cause="below_minimum")
         return Decision(Action.WAIT, "deleting it would go below the ready minimum", move, backoff, pod=move.pod)
     since = now - move.drained_at
     if since >= policy.drain_grace_s:
-        return Decision(Action.DELETE, f"drained {policy.drain_grace_s:g}s ago (the grace)", move, backoff, pod=move.pod)
+        return Decision(Action.DELETE, f"drained {policy.drain_grace_s:g}s ago (the grace)", replace(move, released_at=now),
+                        backoff, pod=move.pod)
     if target.in_flight == 0 and since >= policy.drain_settle_s:
-        return Decision(Action.DELETE, "drained and idle", move, backoff, pod=move.pod)
+        return Decision(Action.DELETE, "drained and idle", replace(move, released_at=now), backoff, pod=move.pod)
     settle_at = move.drained_at + policy.drain_settle_s
     return Decision(Action.WAIT, "its streams are finishing", move, backoff, pod=move.pod,
                     retry_at=settle_at if target.in_flight == 0 else move.drained_at + policy.drain_grace_s)
+
+
+def _after_release(replicas: Sequence[Replica], target: Replica, move: Move, *, ready_minimum: int, backoff: Backoff,
+                   now: float, policy: Policy) -> Decision:
+    """The raised minimum is back where it was: the HPA scales down and the ReplicaSet deletes the
+    drained pod (the lowest pod-deletion-cost), or the load keeps it: after ``release_bound_s`` (or at
+    once when the generation falls below its minimum) it goes back into routing and the move ends."""
+    assert move.released_at is not None
+    if serving_count(replicas, without=target.pod) < ready_minimum and target.ready:
+        return Decision(Action.RESTORE, "the generation fell below its ready minimum after the release", None, backoff,
+                        pod=move.pod, replacement=move.replacement, cause="below_minimum")
+    if now - move.released_at >= policy.release_bound_s:
+        return Decision(Action.RESTORE, f"the HPA kept it {policy.release_bound_s:g}s after the release (load)", None,
+                        backoff, pod=move.pod, replacement=move.replacement, cause="kept")
+    return Decision(Action.WAIT, "the HPA takes the raised replica back", move, backoff, pod=move.pod,
+                    replacement=move.replacement, retry_at=move.released_at + policy.release_bound_s)
 
 
 def deletion_costs(replicas: Iterable[Replica]) -> dict[str, int]:

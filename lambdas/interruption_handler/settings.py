@@ -17,6 +17,8 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from .return_to_spot import Policy
+
 DEFAULT_RECORD_TTL_SECONDS = 1800
 DEFAULT_REPLACEMENT_GRACE_SECONDS = 600
 DEFAULT_KUBE_TIMEOUT_SECONDS = 5.0
@@ -82,6 +84,9 @@ class Settings:
     # generation -> its ReplicaSet-managed serving pods, whose pod-deletion-cost the reconciler keeps
     # by capacity type (on-demand first on scale-down; spot_return.py). Empty: none.
     deletion_cost: Mapping[str, CostedPods] = field(default_factory=lambda: MappingProxyType({}))
+    # generation -> its ScaledObject, whose minimum a move raises (spot_move.py); empty: off.
+    return_to_spot: Mapping[str, MovedGeneration] = field(default_factory=lambda: MappingProxyType({}))
+    return_to_spot_policy: Policy = Policy()
 
     @property
     def generations(self) -> dict[str, WarmSpare]:
@@ -116,7 +121,8 @@ class Settings:
             kube_timeout_seconds=_float(env, "KUBE_TIMEOUT_SECONDS", DEFAULT_KUBE_TIMEOUT_SECONDS),
             metrics_namespace=_required(env, "POWERTOOLS_METRICS_NAMESPACE"),
             drain_on=MappingProxyType(drain_on),
-            deletion_cost=MappingProxyType(parse_deletion_cost(env.get("DELETION_COST", "").strip() or "{}", warm_spares)),
+            deletion_cost=MappingProxyType(costed := parse_deletion_cost(env.get("DELETION_COST", "").strip() or "{}", warm_spares)),
+            **_return_to_spot(env.get("RETURN_TO_SPOT", "").strip() or "{}", costed),
         )
 
 
@@ -268,6 +274,63 @@ def parse_deletion_cost(raw: str, warm_spares: Mapping[str, WarmSpare]) -> dict[
             raise ConfigError(f"{where}.pods={entry['pods']!r}: must be a label selector such as 'app=x,role=server'")
         costed[generation] = CostedPods(_name(entry["namespace"], f"{where}.namespace", _DNS_LABEL), entry["pods"])
     return costed
+
+
+@dataclass(frozen=True)
+class MovedGeneration:
+    """A generation whose on-demand replicas return to spot: its ScaledObject and serving pods."""
+
+    namespace: str
+    scaled_object: str
+    pods: str  # label selector (DELETION_COST's: the move relies on that scale-down order)
+
+
+def _return_to_spot(raw: str, costed: Mapping[str, CostedPods]) -> dict[str, Any]:
+    moved, policy = parse_return_to_spot(raw, costed)
+    return {"return_to_spot": MappingProxyType(moved), "return_to_spot_policy": policy}
+
+
+def parse_return_to_spot(raw: str, costed: Mapping[str, CostedPods]) -> tuple[dict[str, MovedGeneration], Policy]:
+    """Parse ``RETURN_TO_SPOT``: ``{"generations": {"<generation>": {"namespace", "scaled_object"}},
+    "policy": {<return_to_spot.Policy field>: seconds, ...}}``; ``{}``: off.
+
+    Each generation must be one of ``DELETION_COST``'s: the move's drained pod leaves first on the
+    scale-down because of its pod-deletion-cost, which only those pods' ReplicaSets honour."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"RETURN_TO_SPOT is not JSON ({exc.msg} at {exc.pos})") from exc
+    if not isinstance(data, dict) or not set(data) <= {"generations", "policy"}:
+        raise ConfigError("RETURN_TO_SPOT must be a JSON object with the keys 'generations' and 'policy'")
+    generations = data.get("generations") or {}
+    if not isinstance(generations, dict):
+        raise ConfigError("RETURN_TO_SPOT.generations must be an object keyed by generation")
+    moved: dict[str, MovedGeneration] = {}
+    for generation, entry in generations.items():
+        where = f"RETURN_TO_SPOT.generations[{generation!r}]"
+        if generation not in costed:
+            raise ConfigError(f"{where}: not a generation of DELETION_COST ({sorted(costed)}): the move needs its "
+                              "scale-down order")
+        if not isinstance(entry, dict) or set(entry) != {"namespace", "scaled_object"}:
+            raise ConfigError(f"{where} must be an object with exactly the keys ['namespace', 'scaled_object']")
+        namespace = _name(entry["namespace"], f"{where}.namespace", _DNS_LABEL)
+        if namespace != costed[generation].namespace:
+            raise ConfigError(f"{where}.namespace={namespace!r} is not DELETION_COST's {costed[generation].namespace!r}")
+        moved[generation] = MovedGeneration(namespace, _name(entry["scaled_object"], f"{where}.scaled_object",
+                                                             _DNS_SUBDOMAIN), costed[generation].pods)
+    bounds = data.get("policy") or {}
+    known = {f for f in Policy.__dataclass_fields__ if f != "enabled"}
+    if not isinstance(bounds, dict) or not set(bounds) <= known:
+        raise ConfigError(f"RETURN_TO_SPOT.policy keys are {sorted(bounds) if isinstance(bounds, dict) else bounds!r}; "
+                          f"allowed: {sorted(known)}")
+    for key, value in bounds.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ConfigError(f"RETURN_TO_SPOT.policy.{key}={value!r} must be a number of seconds")
+    try:
+        policy = Policy(**bounds)
+    except ValueError as exc:
+        raise ConfigError(f"RETURN_TO_SPOT.policy: {exc}") from exc
+    return moved, policy
 
 
 def _required(env: Mapping[str, str], key: str) -> str:

@@ -95,8 +95,10 @@ def replicas_of(pods: list[dict[str, Any]], nodes: dict[str, str | None]) -> lis
     return replicas
 
 
-def converge_deletion_costs(kube: KubeClient, *, generation: str, costed: CostedPods) -> Costing:
-    """Set each serving pod's pod-deletion-cost to its capacity type's; count replicas by capacity type."""
+def converge_deletion_costs(kube: KubeClient, *, generation: str, costed: CostedPods,
+                            skip: frozenset[str] | set[str] = frozenset()) -> Costing:
+    """Set each serving pod's pod-deletion-cost to its capacity type's; count replicas by capacity type.
+    ``skip``: pods a return-to-spot move holds at its own, lower cost (spot_move.py)."""
     nodes = node_capacity_types(kube, generation)
     pods = kube.list_items(pods_path(costed.namespace), label_selector=costed.pods)
     replicas = replicas_of(pods, nodes)
@@ -107,7 +109,7 @@ def converge_deletion_costs(kube: KubeClient, *, generation: str, costed: Costed
     for pod in pods:
         metadata = pod.get("metadata") or {}
         name = metadata.get("name")
-        if name not in wanted:
+        if name not in wanted or name in skip:
             continue
         value = str(wanted[name])
         if (metadata.get("annotations") or {}).get(DELETION_COST_ANNOTATION) == value:
