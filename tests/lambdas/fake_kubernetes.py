@@ -1,6 +1,6 @@
 """A local HTTPS server on 127.0.0.1 that plays the Kubernetes API for deployments/scale and
 leaderworkersets/scale, and for listing nodes and pods (equality label selectors) and merge-patching a
-pod's labels. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
+pod's labels, and for getting and merge-patching a KEDA ScaledObject. Pods are Ready (``status.conditions``) unless added with ``ready=False``.
 
 A LeaderWorkerSet's scale is the CRD's scale subresource (LWS v0.10.0, the CRD in
 ../shared/crds/leaderworkerset.x-k8s.io: ``subresources.scale`` with specReplicasPath
@@ -56,6 +56,8 @@ class FakeKubernetes:
     leaderworkersets: dict[tuple[str, str], Deployment] = field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> Node
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (namespace, name) -> Pod
+    # (namespace, name) -> a KEDA ScaledObject (keda.sh/v1alpha1; metadata.resourceVersion a string)
+    scaled_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
     faults: deque[Fault] = field(default_factory=deque)
     hang_seconds: float = 1.0
@@ -125,6 +127,9 @@ class FakeKubernetes:
             self._send(h, seen, 401, _status(401, "Unauthorized"))
             return
         url = urlsplit(h.path)
+        if url.path.startswith("/apis/keda.sh/"):
+            self._scaled_object(h, seen, url.path)
+            return
         if url.path == "/api/v1/nodes" or url.path.startswith("/api/v1/namespaces/"):
             self._core(h, seen, url.path, parse_qs(url.query))
             return
@@ -155,6 +160,51 @@ class FakeKubernetes:
                 return
             payload = _scale(key, deployment, resource)
         self._send(h, seen, 200, json.dumps(payload).encode())
+
+    def add_scaled_object(self, namespace: str, name: str, *, min_replicas: int, max_replicas: int) -> None:
+        self.scaled_objects[(namespace, name)] = {
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1", "generation": 1},
+            "spec": {"scaleTargetRef": {"name": name}, "minReplicaCount": min_replicas, "maxReplicaCount": max_replicas},
+        }
+
+    def min_replicas(self, namespace: str, name: str) -> int:
+        return self.scaled_objects[(namespace, name)]["spec"]["minReplicaCount"]
+
+    def scaled_object_patches(self) -> list[Seen]:
+        return [r for r in self.requests if r.method == "PATCH" and "/scaledobjects/" in r.path]
+
+    def _scaled_object(self, h: BaseHTTPRequestHandler, seen: Seen, path: str) -> None:
+        """GET and merge-patch (RFC 7386) a ScaledObject, conditional on ``metadata.resourceVersion`` (409)."""
+        parts = path.split("/")  # ['', 'apis', 'keda.sh', 'v1alpha1', 'namespaces', ns, 'scaledobjects', name]
+        with self._lock:
+            obj = self.scaled_objects.get((parts[5], parts[7])) if len(parts) == 8 and parts[6] == "scaledobjects" else None
+            if obj is None:
+                self._send(h, seen, 404, _status(404, f"{path} not found"))
+                return
+            if h.command == "PATCH":
+                if seen.headers.get("content-type") != "application/merge-patch+json":
+                    self._send(h, seen, 415, _status(415, "unsupported media type"))
+                    return
+                metadata = seen.body.get("metadata") or {}
+                if metadata.get("resourceVersion") not in (None, obj["metadata"]["resourceVersion"]):
+                    self._send(h, seen, 409, _status(409, "the object has been modified"))
+                    return
+                for key, value in (metadata.get("annotations") or {}).items():
+                    target = obj["metadata"].setdefault("annotations", {})
+                    if value is None:
+                        target.pop(key, None)
+                    else:
+                        target[key] = value
+                if "spec" in seen.body:
+                    obj["spec"].update(seen.body["spec"])
+                    obj["metadata"]["generation"] += 1
+                obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+            elif h.command != "GET":
+                self._send(h, seen, 405, _status(405, "method not allowed"))
+                return
+            payload = json.dumps(obj).encode()
+        self._send(h, seen, 200, payload)
 
     def _core(self, h: BaseHTTPRequestHandler, seen: Seen, path: str, query: dict[str, list[str]]) -> None:
         parts = path.split("/")
