@@ -275,6 +275,42 @@ class DrainOn(StrictModel):
         return self
 
 
+class ReturnToSpotConfig(StrictModel):
+    """Back to spot after an on-demand fallback (gen2-trn2, gen3-g6e: docs/spot-drills.md "The move"):
+    the reconciler raises the generation's ScaledObject minimum by one, and once the new replica is
+    Ready on spot drains the on-demand one and puts the minimum back. Needs scale_down_on_demand_first."""
+
+    enabled: bool = True
+    # An on-demand replica serves this long before a move is tried.
+    settle_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
+    # The replacement must be scheduled (a spot node launched) by then, and Ready by the next; else cancel and back off.
+    pending_bound_seconds: Annotated[int, Field(ge=60, le=7200)] = 600
+    ready_bound_seconds: Annotated[int, Field(ge=60, le=14400)] = 2400
+    # After the drain, the streams on the on-demand pod get this long before the minimum goes back.
+    drain_grace_seconds: Annotated[int, Field(ge=30, le=7200)] = 600
+    # After the minimum goes back, the HPA may keep the pod this long (its scale-down stabilization
+    # window, scaleDownDelaySeconds: 1800 s for trn2) before it returns to routing.
+    release_bound_seconds: Annotated[int, Field(ge=60, le=14400)] = 1900
+    # Failed spot attempts back off min(cap, base * 2^(failures-1)).
+    backoff_base_seconds: Annotated[int, Field(ge=60, le=86400)] = 300
+    backoff_cap_seconds: Annotated[int, Field(ge=60, le=86400)] = 3600
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ReturnToSpotConfig:
+        if self.backoff_cap_seconds < self.backoff_base_seconds:
+            raise FieldError("backoff_cap_seconds", self.backoff_cap_seconds, f"at least backoff_base_seconds ({self.backoff_base_seconds})")
+        if self.ready_bound_seconds < self.pending_bound_seconds:
+            raise FieldError("ready_bound_seconds", self.ready_bound_seconds, f"at least pending_bound_seconds ({self.pending_bound_seconds})")
+        return self
+
+    def policy(self) -> dict[str, float]:
+        """The handler's ``RETURN_TO_SPOT.policy`` (lambdas/interruption_handler/return_to_spot.py Policy)."""
+        return {"settle_s": self.settle_seconds, "pending_bound_s": self.pending_bound_seconds,
+                "ready_bound_s": self.ready_bound_seconds, "drain_grace_s": self.drain_grace_seconds,
+                "release_bound_s": self.release_bound_seconds, "backoff_base_s": self.backoff_base_seconds,
+                "backoff_cap_s": self.backoff_cap_seconds}
+
+
 class InterruptionConfig(StrictModel):
     """The spot-interruption handler that pre-warms replacement capacity (lambdas/interruption_handler)."""
 
@@ -313,6 +349,9 @@ class InterruptionConfig(StrictModel):
     # controller.kubernetes.io/pod-deletion-cost by its node's capacity type (gen2-trn2 and gen3-g6e,
     # whose replicas a ReplicaSet scales; docs/spot-drills.md "Back to spot").
     scale_down_on_demand_first: bool = True
+    # On-demand replicas of gen2-trn2 and gen3-g6e move back to spot once spot can be had (on by
+    # default; relies on scale_down_on_demand_first: off with it).
+    return_to_spot: ReturnToSpotConfig = ReturnToSpotConfig()
 
 
 class GenNStackConfig(StrictModel):

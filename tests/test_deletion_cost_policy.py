@@ -47,7 +47,10 @@ def costed(value: str | None, pod: dict[str, Any] = POD) -> dict[str, Any]:
 
 def test_the_policy_allows_exactly_the_handlers_costs() -> None:
     assert return_to_spot.DELETION_COST_ANNOTATION == DELETION_COST_ANNOTATION
-    assert sorted(str(v) for v in return_to_spot.DELETION_COST.values()) == sorted(DELETION_COSTS)
+    # by capacity type, and a return-to-spot move's drained pod (spot_move.py), below them all
+    handlers = [*return_to_spot.DELETION_COST.values(), return_to_spot.MOVE_OUT_DELETION_COST]
+    assert sorted(str(v) for v in handlers) == sorted(DELETION_COSTS)
+    assert return_to_spot.MOVE_OUT_DELETION_COST < min(return_to_spot.DELETION_COST.values())
 
 
 @pytest.mark.parametrize("value", DELETION_COSTS)

@@ -37,7 +37,10 @@ ROUTABLE_LABEL = "gennstack.io/routable"
 # The scale-down order the reconciler keeps on serving pods (lambdas/interruption_handler/return_to_spot.py
 # DELETION_COST: on-demand, spot, reserved); tests compare the two.
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
-DELETION_COSTS = ("-100", "0", "100")
+DELETION_COSTS = ("-200", "-100", "0", "100")  # -200: a return-to-spot move's drained pod (MOVE_OUT_DELETION_COST)
+# Return to spot (lambdas/interruption_handler/spot_move.py): the annotation holding a move's state on
+# the generation's ScaledObject, whose minReplicaCount the move raises by one and puts back.
+MOVE_STATE_ANNOTATION = "gennstack.io/return-to-spot"
 # The handler's DynamoDB calls (boto3 Table methods -> IAM actions); tests read the handler's code
 # for its table calls and compare.
 TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Scan")
@@ -142,6 +145,93 @@ def deletion_cost(config: GenNStackConfig, *, namespace: str) -> dict[str, dict[
         for name in config.generations.enabled()
         if name in DELETION_COST_GENERATIONS
     }
+
+
+def return_to_spot(config: GenNStackConfig, *, namespace: str) -> dict[str, Any]:
+    """``RETURN_TO_SPOT``: each generation of :func:`deletion_cost` (the move relies on that scale-down
+    order) -> its ScaledObject (the serving chart names it after the pool, templates/scaledobjects.yaml),
+    and the bounds; ``{}`` while ``interruptions.return_to_spot.enabled`` is off."""
+    from gennstack_infra.components.node_pools import POOL_NAMES
+
+    settings = config.interruptions.return_to_spot
+    costed = deletion_cost(config, namespace=namespace)
+    if not settings.enabled or not costed:
+        return {}
+    return {
+        "generations": {name: {"namespace": namespace, "scaled_object": POOL_NAMES[name]} for name in sorted(costed)},
+        "policy": settings.policy(),
+    }
+
+
+def return_to_spot_rbac_manifests(*, namespace: str, scaled_objects: list[str]) -> list[dict[str, Any]]:
+    """Get and patch the generations' ScaledObjects (nothing else of KEDA's), for the drain group; a
+    ValidatingAdmissionPolicy lets that group change only ``spec.minReplicaCount`` (between 0 and the
+    object's ``maxReplicaCount``) and the ``gennstack.io/return-to-spot`` annotation: never the
+    triggers, the target or the maximum. RBAC names the resource ``scaledobjects`` in API group
+    ``keda.sh`` (KEDA v2.20.2 config/crd/bases/keda.sh_scaledobjects.yaml); ``get`` and ``patch`` are
+    the calls the handler makes (lambdas/interruption_handler/kube.py)."""
+    name = "gennstack-return-to-spot"
+    policy = f"{namespace}-return-to-spot-min-only"
+    same_except = (
+        "{new}.all(k, k == '{key}' || (k in {old} && {old}[k] == {new}[k])) && {old}.all(k, k == '{key}' || k in {new})"
+    )
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": [{"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "resourceNames": sorted(scaled_objects),
+                       "verbs": ["get", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}],
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": policy},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["keda.sh"], "apiVersions": ["v1alpha1"],
+                                                        "operations": ["UPDATE"], "resources": ["scaledobjects"]}]},
+                "matchConditions": [{"name": "serving-drainers",
+                                     "expression": f"has(request.userInfo.groups) && '{DRAIN_GROUP}' in request.userInfo.groups"}],
+                "variables": [
+                    {"name": "newAnnotations", "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}"},
+                    {"name": "oldAnnotations", "expression": "has(oldObject.metadata.annotations) ? oldObject.metadata.annotations : {}"},
+                    {"name": "newLabels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
+                    {"name": "oldLabels", "expression": "has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"},
+                ],
+                "validations": [
+                    {"expression": same_except.format(new="object.spec", old="oldObject.spec", key="minReplicaCount"),
+                     "message": f"{DRAIN_GROUP} may change only spec.minReplicaCount of a ScaledObject"},
+                    {"expression": ("!has(object.spec.minReplicaCount) || (object.spec.minReplicaCount >= 0 && "
+                                    "(!has(object.spec.maxReplicaCount) || object.spec.minReplicaCount <= object.spec.maxReplicaCount))"),
+                     "message": "spec.minReplicaCount must be between 0 and spec.maxReplicaCount"},
+                    {"expression": same_except.format(new="variables.newAnnotations", old="variables.oldAnnotations",
+                                                      key=MOVE_STATE_ANNOTATION),
+                     "message": f"{DRAIN_GROUP} may change only the {MOVE_STATE_ANNOTATION} annotation of a ScaledObject"},
+                    {"expression": "variables.newLabels == variables.oldLabels && "
+                                   "(has(object.metadata.finalizers) ? object.metadata.finalizers : []) == "
+                                   "(has(oldObject.metadata.finalizers) ? oldObject.metadata.finalizers : []) && "
+                                   "(has(object.metadata.ownerReferences) ? object.metadata.ownerReferences : []) == "
+                                   "(has(oldObject.metadata.ownerReferences) ? oldObject.metadata.ownerReferences : [])",
+                     "message": f"{DRAIN_GROUP} may not change a ScaledObject's labels, finalizers or owners"},
+                ],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": policy},
+            "spec": {"policyName": policy, "validationActions": ["Deny"],
+                     "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}},
+        },
+    ]
 
 
 def drain_rbac_manifests(*, namespace: str) -> list[dict[str, Any]]:
@@ -355,6 +445,7 @@ class InterruptionHandler(Construct):
         spares = warm_spares(config, namespace=namespace, baselines=baselines)
         drains = drain_on(config)
         costs = deletion_cost(config, namespace=namespace)
+        moves = return_to_spot(config, namespace=namespace)
 
         self.table = dynamodb.TableV2(
             self,
@@ -453,6 +544,7 @@ class InterruptionHandler(Construct):
                 "WARM_SPARES": json.dumps(spares, sort_keys=True),
                 "DRAIN_ON": json.dumps(drains, sort_keys=True),
                 "DELETION_COST": json.dumps(costs, sort_keys=True),
+                "RETURN_TO_SPOT": json.dumps(moves, sort_keys=True),
                 "RECORD_TTL_SECONDS": str(settings.record_ttl_seconds),
                 "REPLACEMENT_GRACE_SECONDS": str(settings.replacement_grace_seconds),
                 "POWERTOOLS_SERVICE_NAME": INTERRUPTION_SERVICE_NAME,
@@ -520,6 +612,9 @@ class InterruptionHandler(Construct):
         manifest = rbac_manifests(namespace=namespace, deployments=[s["deployment"] for s in spares.values()])
         if drains or costs:
             manifest += drain_rbac_manifests(namespace=namespace)
+        if moves:  # costs is non-empty too: the drain group exists
+            manifest += return_to_spot_rbac_manifests(
+                namespace=namespace, scaled_objects=[g["scaled_object"] for g in moves["generations"].values()])
         groups = next((s["groups"] for s in spares.values() if "groups" in s), None)
         if groups is not None:
             manifest += group_spare_rbac_manifests(groups)
