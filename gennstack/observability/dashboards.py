@@ -405,6 +405,13 @@ def spot_dashboard() -> dict[str, Any]:
         ], description="The Deployment generations' serving pods by their node's karpenter.sh/capacity-type, counted "
                        "by the reconciler each minute (the handler's ServingReplicas); scale-down takes the "
                        "on-demand ones first (pod-deletion-cost, docs/spot-drills.md)."),
+        _panel("Return to spot: moves (per 5 minutes)", "none", [
+            ("sum by (dimension_generation, dimension_outcome, dimension_cause) (aws_gennstack_spot_moves_sum)",
+             "{{dimension_generation}} {{dimension_outcome}} {{dimension_cause}}"),
+        ], description="On-demand replicas the reconciler moved back to spot: started (the ScaledObject minimum "
+                       "raised by one), completed (the on-demand pod gone), cancelled by cause (on_demand: the "
+                       "replacement landed on on-demand; unscheduled, not_ready: past their bounds) and restored "
+                       "(kept: the HPA kept the pod; below_minimum) (docs/spot-drills.md)."),
         _panel("Pod startup p90 and p99 (Karpenter)", "s", [
             # A Summary: its own p90 and p99 (client_golang's default 10-minute window), no buckets.
             ('max(karpenter_pods_startup_duration_seconds{quantile="0.9"})', "p90"),

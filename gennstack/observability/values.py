@@ -218,7 +218,8 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
 
     The handler publishes Interruptions, DuplicateSignals, PrewarmLatency, HandlerLatency,
     WarmSpareReplicas, Errors and, for drain routing, DrainedPods, RestoredPods, KeptPods and
-    DrainLatency, and for the scale-down order ServingReplicas (by capacity type) in
+    DrainLatency, for the scale-down order ServingReplicas (by capacity type), and for return to spot
+    SpotMoves (by outcome and cause) in
     ``metrics_namespace`` (lambdas/interruption_handler/handler.py).
     """
     # The dead-letter depth is a gauge: the newest minute's maximum is what the alert wants.
@@ -253,6 +254,8 @@ def cloudwatch_exporter_config(*, region: str, dead_letter_queue_name: str, metr
                 {"name": "DrainLatency", "statistics": ["Maximum"], **period},
                 # a gauge published every reconcile: serving replicas by their node's capacity type
                 {"name": "ServingReplicas", "statistics": ["Maximum"], **period},
+                # return to spot: one per move started, completed, cancelled (by cause) or restored
+                {"name": "SpotMoves", "statistics": ["Sum"], "nilToZero": True, **period},
             ],
         }],
     }
