@@ -3,7 +3,8 @@
 For gen2-trn2 and gen3-g6e, whose server Deployments KEDA scales: the HPA that KEDA makes owns
 ``spec.replicas``, so the move never touches the Deployment. It moves the *minimum* instead:
 
-- ``START``: the generation's ScaledObject ``spec.minReplicaCount`` goes to (its pods + 1). KEDA
+- ``START``: the generation's ScaledObject ``spec.minReplicaCount`` goes to (its pods + 1; or the
+  minimum + 1 while the HPA has not reached the minimum yet). KEDA
   v2.20.2 reconciles a ScaledObject on a generation change (``controllers/keda/scaledobject_controller.go``,
   ``predicate.GenerationChangedPredicate``) and sets the HPA's ``minReplicas`` from it
   (``apis/keda/v1alpha1/scaledobject_types.go`` ``GetHPAMinReplicas``, ``controllers/keda/hpa.go``
@@ -27,7 +28,9 @@ For gen2-trn2 and gen3-g6e, whose server Deployments KEDA scales: the HPA that K
 - ``COMPLETE``: the on-demand pod is gone.
 
 State: the annotation ``gennstack.io/return-to-spot`` on the ScaledObject (JSON: the Move, the
-Backoff, the original and the raised minimum, the pods at the start). Each step reads the
+Backoff, the original and the raised minimum, the pods at the start; KEDA v2.20.2 copies a
+ScaledObject's annotations onto its HPA, ``controllers/keda/hpa.go`` ``newHPAForScaledObject``,
+so the HPA shows it too). Each step reads the
 ScaledObject, decides, and writes the new state *and* the minimum in one merge patch conditional on
 the read's ``resourceVersion``: a concurrent step's patch makes this one 409 and it does nothing
 (the next reconcile goes on from the stored state), so two moves of one generation never run at once
@@ -166,10 +169,11 @@ def step(kube: KubeClient, *, generation: str, target: MovedGeneration, policy: 
     original = state.original_min if state.move is not None and state.original_min is not None else live_min
     decision = decide(replicas, ready_minimum=max(1, original), move=state.move, backoff=state.backoff, now=now,
                       policy=policy, interruptions_active=interruptions_active)
-    present = [r for r in replicas if not r.deleting]
-    if decision.action is Action.START and len(present) + 1 > max_replicas:
+    # One above what runs (or what the minimum already asks for, while the HPA catches up with it).
+    raised = max(sum(1 for r in replicas if not r.deleting), live_min) + 1
+    if decision.action is Action.START and raised > max_replicas:
         decision = Decision(Action.WAIT, f"the generation is at its maxReplicaCount {max_replicas}", None, state.backoff)
-    new, want = _next_state(decision, state, live_min=live_min, present=present, replicas=replicas)
+    new, want = _next_state(decision, state, live_min=live_min, raised=raised, replicas=replicas)
     want_min = want if want is not None else want_min
     if want_min == live_min:
         want_min = None
@@ -181,18 +185,21 @@ def step(kube: KubeClient, *, generation: str, target: MovedGeneration, policy: 
         except HandlerError as error:
             if error.reason is not Reason.KUBE_CONFLICT:
                 raise
-            return Stepped(decision, state, conflict=True)
+            # Another invocation wrote first: nothing done; the stored move's pod stays held (it was
+            # drained at the read), so this run's drain and cost passes do not undo it.
+            held = {state.move.pod} if state.move is not None and state.move.drained_at is not None else set()
+            return Stepped(decision, state, conflict=True, held=held, move_out=set(held))
     _converge_pods(kube, target, pods, new, decision, stepped)
     return stepped
 
 
-def _next_state(decision: Decision, state: MoveState, *, live_min: int, present: list[Replica],
+def _next_state(decision: Decision, state: MoveState, *, live_min: int, raised: int,
                 replicas: list[Replica]) -> tuple[MoveState, int | None]:
     """The state to store after ``decision`` and the minimum to set (None: leave it)."""
     action = decision.action
     if action is Action.START:
-        return MoveState(decision.move, decision.backoff, original_min=live_min, raised_min=len(present) + 1,
-                         pods_at_start=tuple(sorted(r.pod for r in replicas))), len(present) + 1
+        return MoveState(decision.move, decision.backoff, original_min=live_min, raised_min=raised,
+                         pods_at_start=tuple(sorted(r.pod for r in replicas))), raised
     if decision.move is None:  # CANCEL, COMPLETE, RESTORE after the release, NONE/WAIT without a move
         back = state.original_min if state.move is not None and state.move.released_at is None else None
         return MoveState(None, decision.backoff), back

@@ -271,6 +271,31 @@ def test_a_concurrent_invocation_that_wrote_first_wins_and_one_move_runs(
     assert again.move == "wait" and kubernetes.min_replicas(NAMESPACE, SO) == 3  # the other's move, not a second
 
 
+def test_a_conflict_on_a_drained_move_leaves_its_pod_out_of_routing(
+    moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes, cluster: Cluster,
+) -> None:
+    start = clock.now
+    run(moving, kube, ec2, table, clock)
+    cluster.hpa()
+    cluster.load_models()
+    clock.now = start + 60
+    assert move_of(run(moving, kube, ec2, table, clock)).move == "drain"
+
+    def other_writer(fake: FakeKubernetes, seen: Seen) -> None:
+        assert seen.method == "PATCH" and "/scaledobjects/" in seen.path
+        obj = fake.scaled_objects[(NAMESPACE, SO)]
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
+
+    kubernetes.faults.extend([None, None, None, other_writer])  # GET, list pods, list nodes, PATCH (the release)
+    clock.now = start + 60 + Policy().drain_grace_s
+    assert move_of(run(moving, kube, ec2, table, clock)).move == "conflict"
+    pod = cluster.pods()["g6e-3"]
+    assert pod["metadata"]["labels"]["gennstack.io/routable"] == "false" and annotation(pod) == "-200"
+    assert kubernetes.min_replicas(NAMESPACE, SO) == 3
+    clock.now += 60
+    assert move_of(run(moving, kube, ec2, table, clock)).move == "delete"  # the next run releases
+
+
 def test_the_move_survives_a_restart_and_a_helm_upgrade_that_resets_the_minimum(
     moving: Settings, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes, cluster: Cluster,
     settings: Settings,
@@ -313,3 +338,13 @@ def test_return_to_spot_settings_name_the_bad_key() -> None:
         parse_return_to_spot(json.dumps({"policy": {"grace": 1}}), costed)
     with pytest.raises(ConfigError, match="drain_grace_s=10 is below drain_settle_s"):
         parse_return_to_spot(json.dumps({"policy": {"drain_grace_s": 10}}), costed)
+
+
+def test_the_raise_is_above_a_minimum_the_hpa_has_not_reached_yet(
+    moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes, cluster: Cluster,
+) -> None:
+    # Two pods run and the minimum is already 3: the HPA is adding one of its own.
+    kubernetes.scaled_objects[(NAMESPACE, SO)]["spec"]["minReplicaCount"] = 3
+    started = move_of(run(moving, kube, ec2, table, clock))
+    assert (started.move, started.min_replicas) == ("start", 4)  # not 3: that pod is the HPA's, not the move's
+    assert state(kubernetes)["original_min"] == 3
