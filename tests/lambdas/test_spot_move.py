@@ -340,11 +340,11 @@ def test_return_to_spot_settings_name_the_bad_key() -> None:
         parse_return_to_spot(json.dumps({"policy": {"drain_grace_s": 10}}), costed)
 
 
-def test_the_raise_is_above_a_minimum_the_hpa_has_not_reached_yet(
+def test_nothing_starts_while_the_hpa_has_not_reached_the_minimum(
     moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes, cluster: Cluster,
 ) -> None:
-    # Two pods run and the minimum is already 3: the HPA is adding one of its own.
+    # Two pods run and the minimum is already 3 (a chart change): the HPA is adding one of its own.
     kubernetes.scaled_objects[(NAMESPACE, SO)]["spec"]["minReplicaCount"] = 3
-    started = move_of(run(moving, kube, ec2, table, clock))
-    assert (started.move, started.min_replicas) == ("start", 4)  # not 3: that pod is the HPA's, not the move's
-    assert state(kubernetes)["original_min"] == 3
+    waiting = move_of(run(moving, kube, ec2, table, clock))
+    assert (waiting.move, waiting.reason) == ("wait", "the generation is below its ready minimum")
+    assert not kubernetes.scaled_object_patches()
