@@ -2,15 +2,17 @@
 
 Standard library only, no I/O, no clock: the reconciler (``interruptions.reconcile``) reads the
 generation's serving pods and the move's state, calls :func:`decide`, and carries out the one
-action it returns; the simulator (``gennstack simulate``) calls the same function on a replayed
+action it returns (``spot_move.py``); the simulator (``gennstack simulate``) calls the same function on a replayed
 trace. Everything the decision needs comes in as arguments, everything it changes goes out in the
 :class:`Decision` (the next :class:`Move` and :class:`Backoff` to store).
 
 A move, one per generation at a time:
 
 1. ``START``: an on-demand replica (``karpenter.sh/capacity-type=on-demand``; ``reserved`` stays
-   first and never moves) that has served at least ``Policy.settle_s`` gets a replacement started
-   that is *required* onto ``capacity-type=spot``: trying is how spot availability is found out.
+   first and never moves) that has served at least ``Policy.settle_s`` gets a replacement started,
+   which must land on ``capacity-type=spot`` (for the HPA-scaled Deployments, ``spot_move.py``: one
+   more replica through the ScaledObject's minimum, placed by NodePool weight, spot first): trying
+   is how spot availability is found out.
 2. The replacement must be scheduled within ``Policy.pending_bound_s`` and Ready within
    ``Policy.ready_bound_s`` of the start. A capacity error seen for it (``capacity_error``: the
    NodeClaim's launch failed with insufficient capacity), a pod still unscheduled past the bound,
