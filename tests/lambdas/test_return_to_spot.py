@@ -173,3 +173,27 @@ def test_the_dearest_settled_on_demand_replica_moves_first():
     d = decide([od("y", started_at=5), od("x", started_at=5), od("z", started_at=9)], ready_minimum=1, move=None,
                backoff=Backoff(), now=10_000, policy=POLICY)
     assert d.pod == "x"
+
+
+def test_after_the_release_the_pod_goes_or_comes_back_into_routing():
+    """DELETE records the release; the HPA then removes the pod (COMPLETE), or keeps it past
+    release_bound_s (RESTORE, cause kept, the move ends without a backoff), or the generation falls
+    below its minimum meanwhile (RESTORE at once, cause below_minimum)."""
+    drained = Move(pod="b", started_at=0.0, replacement="c", drained_at=100.0)
+    replicas = [spot("a"), spot("c"), od("b", routable=False)]
+    d = decide(replicas, ready_minimum=2, move=drained, backoff=Backoff(), now=700.0, policy=POLICY)
+    assert d.action is Action.DELETE and d.move == Move(pod="b", started_at=0.0, replacement="c", drained_at=100.0,
+                                                        released_at=700.0)
+    released = d.move
+    d = decide(replicas, ready_minimum=2, move=released, backoff=Backoff(), now=700.0 + POLICY.release_bound_s - 1,
+               policy=POLICY)
+    assert (d.action, d.move, d.retry_at) == (Action.WAIT, released, 700.0 + POLICY.release_bound_s)
+    d = decide(replicas, ready_minimum=2, move=released, backoff=Backoff(failures=1), now=700.0 + POLICY.release_bound_s,
+               policy=POLICY)
+    assert (d.action, d.cause, d.move, d.backoff) == (Action.RESTORE, "kept", None, Backoff(failures=1))
+    lost = [Replica("a", node="n-a", capacity_type="spot", ready=False, routable=True), spot("c"), od("b", routable=False)]
+    d = decide(lost, ready_minimum=2, move=released, backoff=Backoff(), now=800.0, policy=POLICY)
+    assert (d.action, d.cause, d.move) == (Action.RESTORE, "below_minimum", None)
+    d = decide([spot("a"), spot("c")], ready_minimum=2, move=released, backoff=Backoff(failures=2), now=800.0,
+               policy=POLICY)
+    assert (d.action, d.move, d.backoff) == (Action.COMPLETE, None, Backoff())
