@@ -20,6 +20,7 @@ from gennstack.config import load_config
 from gennstack_infra.components.interruption_handler import (
     DRAIN_GROUP,
     MOVE_STATE_ANNOTATION,
+    SCALED_OBJECT_FIXED_FIELDS,
     return_to_spot,
     return_to_spot_rbac_manifests,
 )
@@ -63,6 +64,18 @@ def test_the_role_names_only_the_generations_scaled_objects(manifests: list[dict
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": DRAIN_GROUP}]
     [vap_binding] = [m for m in manifests if m["kind"] == "ValidatingAdmissionPolicyBinding"]
     assert vap_binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_policy_holds_every_spec_field_of_the_crd_but_the_minimum() -> None:
+    """The ScaledObject CRD the tests validate against (KEDA v2.20.2, ../shared/crds/keda.sh)."""
+    import yaml
+
+    from tests.k8s_schema import crd_dir
+
+    crd = yaml.safe_load((crd_dir() / "keda.sh" / "ScaledObject.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
+    fields = set(version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"])
+    assert fields - {"minReplicaCount"} == set(SCALED_OBJECT_FIXED_FIELDS)
 
 
 def moved(min_replicas: int, state: str = '{"move":null}') -> dict[str, Any]:
