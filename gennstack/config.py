@@ -281,19 +281,23 @@ class ReturnToSpotConfig(StrictModel):
     Ready on spot drains the on-demand one and puts the minimum back. Needs scale_down_on_demand_first."""
 
     enabled: bool = True
-    # An on-demand replica serves this long before a move is tried.
+    """Move gen2-trn2's and gen3-g6e's on-demand replicas back to spot once spot can be had."""
     settle_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
-    # The replacement must be scheduled (a spot node launched) by then, and Ready by the next; else cancel and back off.
+    """An on-demand replica serves this long before a move is tried."""
     pending_bound_seconds: Annotated[int, Field(ge=60, le=7200)] = 600
+    """The spot replacement must be scheduled (a spot node launched) this long after the move starts; else the move
+    is cancelled and backs off."""
     ready_bound_seconds: Annotated[int, Field(ge=60, le=14400)] = 2400
-    # After the drain, the streams on the on-demand pod get this long before the minimum goes back.
+    """The spot replacement must be Ready this long after the move starts; else the move is cancelled and backs off."""
     drain_grace_seconds: Annotated[int, Field(ge=30, le=7200)] = 600
-    # After the minimum goes back, the HPA may keep the pod this long (its scale-down stabilization
-    # window, scaleDownDelaySeconds: 1800 s for trn2) before it returns to routing.
+    """After the drain, the streams on the on-demand pod get this long before the minimum goes back."""
     release_bound_seconds: Annotated[int, Field(ge=60, le=14400)] = 1900
-    # Failed spot attempts back off min(cap, base * 2^(failures-1)).
+    """After the minimum goes back, the HPA may keep the drained pod this long (its scale-down stabilization window:
+    1800 s for trn2) before the pod returns to routing."""
     backoff_base_seconds: Annotated[int, Field(ge=60, le=86400)] = 300
+    """Failed spot attempts back off min(cap, base * 2^(failures-1)) seconds: the base."""
     backoff_cap_seconds: Annotated[int, Field(ge=60, le=86400)] = 3600
+    """The longest back-off between failed spot attempts."""
 
     @model_validator(mode="after")
     def _ordered(self) -> ReturnToSpotConfig:
@@ -349,9 +353,12 @@ class InterruptionConfig(StrictModel):
     # controller.kubernetes.io/pod-deletion-cost by its node's capacity type (gen2-trn2 and gen3-g6e,
     # whose replicas a ReplicaSet scales; docs/spot-drills.md "Back to spot").
     scale_down_on_demand_first: bool = True
+    """Scale-down takes on-demand replicas first, reserved last (each serving pod's pod-deletion-cost by its node's
+    capacity type; gen2-trn2 and gen3-g6e)."""
     # On-demand replicas of gen2-trn2 and gen3-g6e move back to spot once spot can be had (on by
     # default; relies on scale_down_on_demand_first: off with it).
     return_to_spot: ReturnToSpotConfig = ReturnToSpotConfig()
+    """Back to spot after an on-demand fallback (docs/spot-drills.md, "The move"); off with scale_down_on_demand_first."""
 
 
 class GenNStackConfig(StrictModel):
