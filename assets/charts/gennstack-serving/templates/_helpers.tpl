@@ -330,6 +330,28 @@ getpass.getuser() (torch's cache directories) reads before the passwd entry.
   value: vllm
 {{- end }}
 
+{{/*
+A warm spare's preferred anti-affinity to its generation's serving pods (role server): by instance
+type, then by zone, equal weights. Karpenter v1.14.1 relaxes preferred anti-affinity terms heaviest
+first, the first listed among equals (pkg/controllers/provisioning/scheduling/preferences.go), so a
+spare's node goes to another zone and type than the replicas, else another zone, else anywhere:
+out of the offering one correlated reclaim takes. gennstack/serving/spare_placement.py holds the
+rule and its weight (tests/serving/test_spare_placement.py keeps the two equal).
+*/}}
+{{- define "gennstack-serving.spareAntiAffinity" -}}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      {{- range $key := list "node.kubernetes.io/instance-type" "topology.kubernetes.io/zone" }}
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: {{ $key }}
+          labelSelector:
+            matchLabels:
+              {{- include "gennstack-serving.selectorLabels" (dict "gen" $.gen "role" "server") | nindent 14 }}
+      {{- end }}
+{{- end }}
+
 {{/* Spread a generation's pods over zones (and nodes). */}}
 {{- define "gennstack-serving.spread" -}}
 topologySpreadConstraints:
