@@ -25,6 +25,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "drill": "gennstack.drill.cli",
     "config": "gennstack.config_reference",
     "resume": "gennstack.resume.cli",
+    "simulate": "gennstack.simulate.cli",
 }
 
 

@@ -144,3 +144,9 @@ class GenerationsConfig(StrictModel):
     def enabled(self) -> dict[str, GenerationConfig]:
         """The enabled generations, by name, in their fixed order."""
         return {name: gen for name in GENERATION_NAMES if (gen := getattr(self, name)).enabled}
+
+
+# The accelerator NodePools' weights (gennstack_infra/components/node_pools.py renders them;
+# `gennstack simulate` launches by them). Karpenter prefers higher weights (1-100): capacity
+# reservations first (paid for whether used or not), then spot, on-demand only when neither can be had.
+RESERVED_WEIGHT, SPOT_WEIGHT, ON_DEMAND_WEIGHT = 100, 50, 10

@@ -13,6 +13,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 from gennstack import versions
 from gennstack.config import GenerationConfig, GenNStackConfig
+from gennstack.generations import ON_DEMAND_WEIGHT, RESERVED_WEIGHT, SPOT_WEIGHT
 from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, ROOT_VOLUMES, pool_limits
 
 # NodePool names by generation; the interruption handler and the serving charts refer to them.
@@ -32,9 +33,9 @@ GENERAL_TERMINATION_GRACE_PERIOD = "1h"
 GENERATION_LABEL = "gennstack.io/generation"
 ON_DEMAND_SUFFIX = "-on-demand"
 RESERVED_SUFFIX = "-reserved"
-# Karpenter prefers higher weights (1-100): capacity reservations first (paid for whether used or
-# not), then spot, on-demand only when neither can be had.
-RESERVED_WEIGHT, SPOT_WEIGHT, ON_DEMAND_WEIGHT = 100, 50, 10
+# Karpenter prefers higher weights (1-100): capacity reservations first, then spot, on-demand only
+# when neither can be had (gennstack/generations.py, where `gennstack simulate` reads them too).
+# ON_DEMAND_WEIGHT, RESERVED_WEIGHT, SPOT_WEIGHT: imported above.
 
 
 def ami_alias(instance_types: tuple[str, ...]) -> str:
