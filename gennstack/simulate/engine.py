@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+from gennstack.config import InterruptionConfig
 from gennstack.generations import ON_DEMAND_WEIGHT, SPOT_WEIGHT
 from gennstack.serving.spare_placement import Offering, rank_offerings
 from gennstack.simulate.trace import WARNING_S, Trace
@@ -33,6 +34,11 @@ from lambdas.interruption_handler.settings import DEFAULT_RECORD_TTL_SECONDS, Wa
 
 KARPENTER_UNAVAILABLE_TTL_S = 180.0  # karpenter-provider-aws v1.14.1 pkg/cache/cache.go UnavailableOfferingsTTL
 GENERATION = "inf2"
+# The handler's defaults (gennstack/config.py): inf2 drains on no signal (KubeRay owns its Service's
+# selector), so its streams break at the reclaim; the grace an interruption stays active.
+_INTERRUPTIONS = InterruptionConfig()
+DRAIN_SIGNALS = frozenset(getattr(_INTERRUPTIONS.drain_on, GENERATION))
+GRACE = SimpleNamespace(replacement_grace_seconds=_INTERRUPTIONS.replacement_grace_seconds)
 
 POLICIES = ("all on-demand", "Karpenter spot + on-demand fallback", "GenNStack today", "GenNStack with issue 31")
 
@@ -167,8 +173,7 @@ class Sim:
 
     def _converge_spares(self, now: float, *, ready_now: bool = False) -> None:
         spare = WarmSpare(GENERATION, "serving", "gen1-inf2-warm-spare", self.w.spare_baseline, self.w.spare_cap)
-        settings = SimpleNamespace(replacement_grace_seconds=600)
-        desired = spare.desired_replicas(active_by_generation(self.records, now=now, settings=settings)[GENERATION])
+        desired = spare.desired_replicas(active_by_generation(self.records, now=now, settings=GRACE)[GENERATION])
         spares = [p for p in self.pods if p.role == "spare"]
         for _ in range(desired - len(spares)):
             node = self._launch(now, "spare")
@@ -190,7 +195,8 @@ class Sim:
                 self.records.append({"instance": node.index, "generation": GENERATION,
                                      "expires_at": now + DEFAULT_RECORD_TTL_SECONDS})
             for pod in self.pods:
-                if pod.node is node and pod.role != "spare" and pod.routable:
+                if (("warning" if warning else "rebalance") in DRAIN_SIGNALS and pod.node is node
+                        and pod.role != "spare" and pod.routable):
                     pod.routable, pod.drained_at = False, now
             self._converge_spares(now)
         if warning:
@@ -203,7 +209,7 @@ class Sim:
         for record in self.records:
             if record["instance"] == node.index:
                 record["terminated_at"] = now
-                record["expires_at"] = max(record["expires_at"], now + 600)
+                record["expires_at"] = max(record["expires_at"], now + GRACE.replacement_grace_seconds)
         for pod in [p for p in self.pods if p.node is node]:
             if pod.role in ("server", "doomed", "replacement") and pod.ready_at <= now:
                 held = self.w.rate / max(1, self._serving(now)) * self.w.stream_s
@@ -223,7 +229,7 @@ class Sim:
         replicas = [rts.Replica(p.name, str(p.node.index), p.node.capacity_type, p.ready_at <= now, p.routable,
                                 started_at=p.ready_at, in_flight=0 if p.drained_at is not None else None)
                     for p in self.pods if p.role in ("server", "replacement")]
-        active = active_by_generation(self.records, now=now, settings=SimpleNamespace(replacement_grace_seconds=600))
+        active = active_by_generation(self.records, now=now, settings=GRACE)
         decision = rts.decide(replicas, ready_minimum=self.w.ready_minimum, move=self.move, backoff=self.backoff,
                               now=now, capacity_error=self.capacity_error, interruptions_active=active[GENERATION])
         self.capacity_error = False
