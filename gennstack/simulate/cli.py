@@ -44,7 +44,7 @@ def render(params: TraceParams = TraceParams(), workload: Workload = Workload(),
               "Trace parameters (`burst_share`, `burst_window_s`: Spot-and-Scoot's > 92 % within 3 min; the rest "
               "assumptions): " + ", ".join(f"{k}={v}" for k, v in params.describe().items()) + ".",
               "Workload (assumptions but `drain_saved`, the local drill's 159 of 159; `resume_saved`: broken streams "
-              "saved by resume, none today): " + ", ".join(f"{k}={v}" for k, v in asdict(workload).items()) + "."]
+              "stream resume saves, from the resume drill's 14 of 14, GenNStack policies only): " + ", ".join(f"{k}={v}" for k, v in asdict(workload).items()) + "."]
     return "\n".join(lines)
 
 
@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=TraceParams.seed)
     parser.add_argument("--hours", type=float, default=TraceParams.hours)
     parser.add_argument("--resume-saved", type=float, default=Workload.resume_saved,
-                        help="share of broken streams stream resume saves (default: 0, none today)")
+                        help="share of broken streams stream resume saves in the GenNStack policies (default: 1, the resume drill)")
     parser.set_defaults(func=_run)
 
 
