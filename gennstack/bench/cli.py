@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gennstack.bench.config import WORKLOADS, BenchConfig, ConfigError, Distribution, Workload, parse_concurrency
+from gennstack.bench.arrivals import ARRIVALS
+from gennstack.bench.config import WORKLOADS, BenchConfig, ConfigError, Distribution, Workload, parse_concurrency, parse_rates
 from gennstack.bench.run import execute
 
 DEFAULT_DURATION_S = 60.0
+# `bench demo`'s objectives against its mock server (--ttft 0.15 --itl 0.02, slowed down by its load: --slowdown)
+DEMO_SLO = "ttft_p90=400ms,itl_p90=40ms"
 DESCRIPTION = """\
 Drive an OpenAI-compatible endpoint with N concurrent streaming chat completions and report
 what users feel (TTFT, inter-token latency, per-user tokens/s) and what the fleet delivers
@@ -38,13 +41,37 @@ def add_run_arguments(parser: argparse.ArgumentParser, *, for_demo: bool = False
         parser.add_argument("--api-key", help="bearer token (default: $OPENAI_API_KEY); never written to results")
         parser.add_argument("--ca-file", help="PEM CA certificate to trust for an https:// base URL instead of the "
                                               "public roots (the gateway's own CA: docs/gateway.md)")
-    parser.add_argument("--concurrency", default="1,8,32" if for_demo else "1",
-                        help="concurrent streams: one level or a comma list run in order, e.g. 32,160,200 (default: %(default)s)")
+    parser.add_argument("--concurrency",
+                        help="closed loop: concurrent streams, one level or a comma list run in order, e.g. 32,160,200 "
+                             f"(default: {'a sweep, below' if for_demo else '1'}, unless --rate)")
+    openloop = parser.add_argument_group("open loop (requests sent on a schedule, whatever is in flight; docs/benchmark.md#open-loop)")
+    openloop.add_argument("--rate", help="requests/s (multi-turn: conversations/s), one level or a comma list, e.g. 0.5,1,2; "
+                                         "or sweep: the synchronous and saturated rates, then --sweep-levels between them "
+                                         f"(needs --slo){' (default: sweep)' if for_demo else ''}")
+    openloop.add_argument("--arrival", choices=ARRIVALS, default="poisson",
+                          help="gaps between arrivals: poisson (gamma, shape --burstiness) or constant 1/rate (default: %(default)s)")
+    openloop.add_argument("--burstiness", type=float, default=1.0,
+                          help="poisson: gamma shape of the gaps, as vllm bench serve's; 1: Poisson, <1 burstier, >1 more even "
+                               "(default: %(default)s)")
+    openloop.add_argument("--max-in-flight", type=int, default=32 if for_demo else 256,
+                          help="most requests in flight at once; a request due while it is full waits and is reported late; "
+                               "--rate sweep's throughput run uses this many streams (default: %(default)s)")
+    openloop.add_argument("--schedule-tolerance", type=float, default=0.010,
+                          help="seconds after its due time a request may go out before it counts as late (default: %(default)s)")
+    openloop.add_argument("--slo", default=DEMO_SLO if for_demo else None,
+                          help="per-request objectives, e.g. ttft_p90=500ms,itl_p90=50ms,e2e_p90=10s (metrics ttft, itl, "
+                               "tpot, e2e); each level reports the share of requests within all of them and the goodput"
+                               + (" (default: %(default)s)" if for_demo else ""))
+    openloop.add_argument("--slo-target", type=float, default=0.9,
+                          help="--rate sweep: the share of requests within the SLO a rate must reach (default: %(default)s)")
+    openloop.add_argument("--sweep-levels", type=int, default=4 if for_demo else 5,
+                          help="--rate sweep: rates between the synchronous and the saturated one, the last one the saturated "
+                               "rate (default: %(default)s)")
     length = parser.add_mutually_exclusive_group()
-    length.add_argument("--duration", type=float, default=10.0 if for_demo else None,
-                        help=f"measured seconds per level (default: {10 if for_demo else int(DEFAULT_DURATION_S)} unless --num-requests)")
+    length.add_argument("--duration", type=float, default=8.0 if for_demo else None,
+                        help=f"measured seconds per level (default: {8 if for_demo else int(DEFAULT_DURATION_S)} unless --num-requests)")
     length.add_argument("--num-requests", type=int, help="measured requests per level, after warm-up")
-    parser.add_argument("--max-tokens", default="128" if for_demo else "256",
+    parser.add_argument("--max-tokens", default="64" if for_demo else "256",
                         help="output tokens asked for: N, normal:MEAN,STD or uniform:LO,HI (default: %(default)s)")
     parser.add_argument("--prompt-tokens", default="256" if for_demo else "512",
                         help="prompt length in tokens (approximate, synthetic words): N, normal:MEAN,STD or uniform:LO,HI (default: %(default)s)")
@@ -153,6 +180,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--ttft", type=float, default=0.15, help="mock server time to first token, seconds (default: %(default)s)")
     demo.add_argument("--itl", type=float, default=0.02, help="mock server gap between chunks, seconds (default: %(default)s)")
     demo.add_argument("--tokens-per-chunk", type=int, default=1, help="mock server tokens per chunk (default: %(default)s)")
+    demo.add_argument("--slowdown", type=float, default=0.05,
+                      help="mock server: TTFT and ITL grow by this fraction per stream already in flight, so it saturates "
+                           "as a model server does (default: %(default)s)")
     demo.set_defaults(func=run_demo)
 
 
@@ -169,11 +199,20 @@ def config_from_args(args: argparse.Namespace, *, base_url: str, model: str, api
     warmup_s = args.warmup_seconds
     if warmup_s is None:
         warmup_s = min(30.0, duration * 0.1) if duration is not None else 0.0
+    if args.rate is not None and args.concurrency is not None:
+        raise ConfigError(f"--concurrency={args.concurrency!r} and --rate={args.rate!r}: give one (closed loop: "
+                          "--concurrency; open loop: --rate)")
+    rates, sweep = parse_rates(args.rate) if args.rate is not None else ((), False)
+    slo = None
+    if args.slo:
+        from gennstack.bench.slo import SLO
+
+        slo = SLO.parse(args.slo)
     return BenchConfig(
         base_url=base_url,
         model=model,
         api_key=api_key,
-        concurrency=parse_concurrency(args.concurrency),
+        concurrency=parse_concurrency(args.concurrency or "1"),
         prompt_tokens=Distribution.parse(args.prompt_tokens, option="--prompt-tokens"),
         max_tokens=Distribution.parse(args.max_tokens, option="--max-tokens"),
         duration_s=duration,
@@ -191,6 +230,8 @@ def config_from_args(args: argparse.Namespace, *, base_url: str, model: str, api
         workload=Workload(kind=args.workload, turns=args.turns, think_time_s=args.think_time, num_prefixes=args.num_prefixes,
                           prefix_tokens=args.prefix_tokens, prefix_zipf=args.prefix_zipf),
         record_header=args.record_header,
+        rates=rates, sweep=sweep, arrival=args.arrival, burstiness=args.burstiness, max_in_flight=args.max_in_flight,
+        schedule_tolerance_s=args.schedule_tolerance, slo=slo, slo_target=args.slo_target, sweep_levels=args.sweep_levels,
     )
 
 
@@ -243,6 +284,8 @@ def start_mock_server(extra_args: list[str]) -> tuple[subprocess.Popen, str]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    if args.rate is None and args.concurrency is None:
+        args.rate = "sweep"
     try:
         config_from_args(args, base_url="http://127.0.0.1/v1", model="mock-model", api_key=None)  # validate first
         layout = layout_from_args(args)
@@ -250,7 +293,8 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"gennstack bench demo: error: {exc}", file=sys.stderr)
         return 2
     proc, base_url = start_mock_server(["--ttft", str(args.ttft), "--itl", str(args.itl),
-                                        "--tokens-per-chunk", str(args.tokens_per_chunk)])
+                                        "--tokens-per-chunk", str(args.tokens_per_chunk),
+                                        "--slowdown-per-stream", str(args.slowdown)])
     try:
         config = config_from_args(args, base_url=base_url, model="mock-model", api_key=None)
         code, _, _ = execute(config, output_dir=args.output_dir, command=["gennstack", *sys.argv[1:]],

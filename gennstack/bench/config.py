@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gennstack.bench.arrivals import ARRIVALS
+
 
 class ConfigError(ValueError):
     """A bad setting; the message names the option, the value and what is allowed."""
@@ -97,6 +99,19 @@ def parse_concurrency(spec: str) -> tuple[int, ...]:
     if not levels or any(level < 1 for level in levels):
         raise ConfigError(f"--concurrency={spec!r}: every level must be at least 1")
     return levels
+
+
+def parse_rates(spec: str) -> tuple[tuple[float, ...], bool]:
+    """``"2"``, ``"0.5,1,2"`` (requests/s, run in the order given) or ``"sweep"``: (rates, sweep)."""
+    if str(spec).strip() == "sweep":
+        return (), True
+    try:
+        rates = tuple(float(part) for part in str(spec).split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--rate={spec!r}: expected requests/s, a comma list such as 0.5,1,2, or sweep") from None
+    if not rates or any(not (math.isfinite(r) and r > 0) for r in rates):
+        raise ConfigError(f"--rate={spec!r}: every rate must be a finite number of requests/s above 0")
+    return rates, False
 
 
 WORKLOADS = ("single", "multi-turn", "shared-prefix")
@@ -202,6 +217,16 @@ class BenchConfig:
     workload: Workload = field(default_factory=Workload)
     # response header recorded per request (requests.csv ``upstream``), e.g. the replica a gateway chose
     record_header: str | None = None
+    # open loop (gennstack.bench.arrivals): requests/s per level, run after the concurrency levels; () none
+    rates: tuple[float, ...] = ()
+    sweep: bool = False  # --rate sweep: synchronous, throughput, then sweep_levels rates between them
+    sweep_levels: int = 5
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    max_in_flight: int = 256  # open loop: most requests in flight at once; the rest wait, and are late
+    schedule_tolerance_s: float = 0.010  # open loop: a request sent later than this after it was due is late
+    slo: object | None = None  # gennstack.bench.slo.SLO
+    slo_target: float = 0.9
 
     def __post_init__(self) -> None:
         if (self.duration_s is None) == (self.num_requests is None):
@@ -226,11 +251,40 @@ class BenchConfig:
             raise ConfigError("--timeout and --stall-timeout must be greater than 0 seconds")
         if self.record_header is not None and not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", self.record_header):
             raise ConfigError(f"--record-header={self.record_header!r}: not an HTTP header name (letters, digits and -)")
+        self._check_open_loop()
         if self.ca_file is not None:
             if not self.base_url.startswith("https://"):
                 raise ConfigError(f"--ca-file goes with an https:// --base-url, not {self.base_url!r}")
             if not Path(self.ca_file).is_file():
                 raise ConfigError(f"--ca-file={self.ca_file!r}: no such file (the CA certificate, PEM)")
+
+    def _check_open_loop(self) -> None:
+        for rate in self.rates:
+            if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+                raise ConfigError(f"--rate={rate!r}: each rate must be a finite number of requests/s above 0")
+        if self.arrival not in ARRIVALS:
+            raise ConfigError(f"--arrival={self.arrival!r}: expected one of {', '.join(ARRIVALS)}")
+        if not (isinstance(self.burstiness, (int, float)) and math.isfinite(self.burstiness) and self.burstiness > 0):
+            raise ConfigError(f"--burstiness={self.burstiness!r}: must be a finite number above 0 (1: Poisson)")
+        if self.burstiness != 1.0 and self.arrival != "poisson":
+            raise ConfigError(f"--burstiness goes with --arrival poisson (the gamma shape of its gaps), not --arrival {self.arrival}")
+        if not isinstance(self.max_in_flight, int) or self.max_in_flight < 1:
+            raise ConfigError(f"--max-in-flight={self.max_in_flight!r}: must be an integer of at least 1")
+        if not (self.schedule_tolerance_s > 0 and math.isfinite(self.schedule_tolerance_s)):
+            raise ConfigError(f"--schedule-tolerance={self.schedule_tolerance_s!r}: must be a number of seconds above 0")
+        if not 0 < self.slo_target <= 1:
+            raise ConfigError(f"--slo-target={self.slo_target!r}: must be a share above 0 and at most 1, e.g. 0.9")
+        if not isinstance(self.sweep_levels, int) or self.sweep_levels < 1:
+            raise ConfigError(f"--sweep-levels={self.sweep_levels!r}: must be an integer of at least 1")
+        if self.sweep and self.slo is None:
+            raise ConfigError("--rate sweep needs --slo (the sweep reports the highest rate that meets it)")
+        if (self.rates or self.sweep) and self.ramp_up_s:
+            raise ConfigError("--ramp-up goes with closed-loop --concurrency levels; an open-loop --rate level "
+                              "starts requests on its schedule")
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates) or self.sweep
 
     @property
     def chat_url(self) -> str:
@@ -264,4 +318,18 @@ class BenchConfig:
             "ca_file": self.ca_file,
             "workload": self.workload.to_dict(),
             "record_header": self.record_header,
+            **self._open_loop_dict(),
         }
+
+    def _open_loop_dict(self) -> dict:
+        """Only what was asked for, so a closed-loop run's settings read as they did before open-loop levels."""
+        out: dict = {}
+        if self.open_loop:
+            out["open_loop"] = {"rates": "sweep" if self.sweep else list(self.rates), "arrival": self.arrival,
+                                "burstiness": self.burstiness, "max_in_flight": self.max_in_flight,
+                                "schedule_tolerance_s": self.schedule_tolerance_s}
+            if self.sweep:
+                out["open_loop"]["sweep_levels"] = self.sweep_levels
+        if self.slo is not None:
+            out["slo"] = {**self.slo.to_dict(), "target": self.slo_target}
+        return out

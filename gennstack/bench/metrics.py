@@ -164,8 +164,40 @@ def upstream_counts(records: Sequence[RequestRecord]) -> dict[str, int] | None:
     return dict(sorted(counts.items()))
 
 
-def summarize_level(run: LevelRun) -> dict:
-    """The per-level block of the result file (summary plus per-request samples)."""
+def level_label(level: dict) -> str:
+    """A level's name in tables and legends: its concurrency (closed loop) or its rate (open loop)."""
+    if level.get("rate_rps") is not None:
+        return f"{level['rate_rps']:.3g}/s"
+    return str(level["concurrency"])
+
+
+def schedule_summary(run: LevelRun, tolerance_s: float) -> dict:
+    """How well an open-loop level kept its schedule, over its measured requests: lag = send time - due time."""
+    measured = [r for r in run.records if not r.warmup and r.t_due is not None]
+    lags = sorted(r.t_send - r.t_due for r in measured)
+    late = sum(1 for v in lags if v > tolerance_s)
+    window = max(run.window_end - run.window_start, 1e-9)
+    return {
+        "rate_rps": run.rate,
+        "offered_rps": (len(measured) + run.not_sent) / window,
+        "due": len(measured) + run.not_sent,
+        "sent": len(measured),
+        "not_sent": run.not_sent,
+        "tolerance_s": tolerance_s,
+        "late": late,
+        "late_share": late / len(measured) if measured else None,
+        "lag_s": {"p50": quantile(lags, 0.5) if lags else None, "p99": quantile(lags, 0.99) if lags else None,
+                  "max": lags[-1] if lags else None},
+        "peak_in_flight": run.peak_in_flight,
+        "max_in_flight": run.concurrency,
+        "on_schedule": late == 0 and run.not_sent == 0,
+    }
+
+
+def summarize_level(run: LevelRun, *, slo=None, tolerance_s: float = 0.010) -> dict:
+    """The per-level block of the result file (summary plus per-request samples). Open-loop levels (``run.rate``)
+    add ``rate_rps`` and ``schedule`` (:func:`schedule_summary`); with ``slo`` (gennstack.bench.slo.SLO) a level
+    adds ``slo`` (gennstack.bench.slo.level_slo)."""
     measured = [r for r in run.records if not r.warmup]
     completed = [r for r in measured if r.status == COMPLETED]
     failed = [r for r in measured if r.status == FAILED]
@@ -215,4 +247,11 @@ def summarize_level(run: LevelRun) -> dict:
     upstreams = upstream_counts(run.records)
     if upstreams is not None:
         level["upstreams"] = upstreams
+    if run.rate is not None:
+        level["rate_rps"] = run.rate
+        level["schedule"] = schedule_summary(run, tolerance_s)
+    if slo is not None:
+        from gennstack.bench.slo import level_slo
+
+        level["slo"] = level_slo(run.records, slo, window_start=run.window_start, window_end=run.window_end)
     return level

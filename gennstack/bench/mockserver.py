@@ -161,6 +161,9 @@ class MockSettings:
     record_file: str | None = None
     # seconds an idle keep-alive connection is kept after a response (uvicorn's and vLLM's default, 5); 0: forever
     keep_alive_s: float = 5.0
+    # a stream's TTFT and ITL are multiplied by 1 + F x (streams in flight when it arrives): a server that slows
+    # down with its batch, so an open-loop sweep finds a saturated rate; 0: every stream on the programmed schedule
+    slowdown_per_stream: float = 0.0
 
     def fault_for(self, request_number: int) -> Fault | None:
         for fault in self.faults:
@@ -556,6 +559,10 @@ class MockServer:
         self.stats.prompt_words += len(words)
         self.stats.cached_prompt_words += cached
         ttft_s = s.ttft_s + s.prefill_s_per_token * (len(words) - cached)
+        itl_s = s.itl_s
+        if s.slowdown_per_stream:
+            factor = 1 + s.slowdown_per_stream * len(self._streaming)
+            ttft_s, itl_s = ttft_s * factor, itl_s * factor
         rid = f"{'cmpl' if completion else 'chatcmpl'}-mock-{number}"
         created = int(time.time())
         model = request.get("model") or self.model
@@ -596,7 +603,7 @@ class MockServer:
             if s.paced_non_streaming:
                 # wait as long as the stream would take, watching the connection: a client that goes away
                 # (a gateway's timeout) ends the request, as vLLM aborts a request whose client disconnected
-                delay = t_recv + ttft_s + (chunks - 1) * s.itl_s - time.monotonic()
+                delay = t_recv + ttft_s + (chunks - 1) * itl_s - time.monotonic()
                 if delay > 0:
                     try:
                         await asyncio.wait_for(reader.read(1), timeout=delay)
@@ -638,7 +645,7 @@ class MockServer:
         sent_tokens = 0
         for k in range(chunks):
             size = min(s.tokens_per_chunk, n - sent_tokens)
-            target = t_recv + ttft_s + k * s.itl_s
+            target = t_recv + ttft_s + k * itl_s
             delay = target - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -736,6 +743,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-alive-timeout", type=float, default=5.0, metavar="S",
                         help="close a keep-alive connection on which no request began S seconds after the last "
                              "response, as vLLM's uvicorn does; 0: never (default: %(default)s)")
+    parser.add_argument("--slowdown-per-stream", type=float, default=0.0, metavar="F",
+                        help="TTFT and ITL times 1 + F x the streams in flight when a request arrives (default: %(default)s)")
     parser.add_argument("--events-file", default=None, metavar="FILE",
                         help="append the doomed-mode warning and gone moments to FILE (drill-events.jsonl format)")
 
@@ -746,6 +755,8 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
     if args.prefix_cache_entries < 0 or not args.prefill_per_token >= 0:
         raise ValueError(f"--prefix-cache-entries={args.prefix_cache_entries} must be >= 0 and "
                          f"--prefill-per-token={args.prefill_per_token} >= 0 seconds")
+    if not args.slowdown_per_stream >= 0:
+        raise ValueError(f"--slowdown-per-stream={args.slowdown_per_stream}: must be a number >= 0")
     if not args.keep_alive_timeout >= 0:
         raise ValueError(f"--keep-alive-timeout={args.keep_alive_timeout}: must be a number of seconds >= 0")
     for flag, value in (("--doomed-warning-at", args.doomed_warning_at), ("--doomed-gone-after", args.doomed_gone_after)):
@@ -769,6 +780,7 @@ def settings_from_args(args: argparse.Namespace) -> MockSettings:
         prefill_s_per_token=args.prefill_per_token,
         record_file=args.record_requests,
         keep_alive_s=args.keep_alive_timeout,
+        slowdown_per_stream=args.slowdown_per_stream,
     )
 
 

@@ -26,10 +26,11 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
     from rich.console import Console
 
     from gennstack.bench import llmperf, report
-    from gennstack.bench.console import LevelProgress, cost_table, failures_table, summary_tables, timeline_table, workload_table
+    from gennstack.bench.console import (LevelProgress, cost_table, failures_table, open_loop_tables, summary_tables, sweep_line,
+                                         timeline_table, workload_table)
     from gennstack.bench.metrics import summarize_level
     from gennstack.bench.results import REPORT_FILE, REQUESTS_FILE, RESULT_FILE, build_result, write_requests_csv, write_result
-    from gennstack.bench.runner import run_level
+    from gennstack.bench.runner import run_level, run_rate_level
     from gennstack.bench.timeline import EventsFileError, build_timeline, load_events, markers_for_level
 
     console = console or Console(width=None if sys.stdout.isatty() else 120)
@@ -37,14 +38,23 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
     output_dir = output_dir or default_output_dir(config.model, started)
     output_dir.mkdir(parents=True, exist_ok=True)
     runs, levels = [], []
-    for concurrency in config.concurrency:
-        total = None if config.num_requests is None else config.num_requests + config.warmup_requests_for(concurrency)
+
+    def run_one(concurrency: int | None = None, rate: float | None = None, role: str | None = None) -> dict:
+        """One level (closed loop at ``concurrency``, or open loop at ``rate``): run, summarize, add its timeline."""
+        warmup = config.warmup_requests_for(concurrency if rate is None else 0)
+        total = None if config.num_requests is None else config.num_requests + warmup
         length = None if config.duration_s is None else config.warmup_s + config.duration_s
-        with LevelProgress(console, concurrency=concurrency, duration_s=length, total_requests=total,
-                           enabled=progress and console.is_terminal) as bar:
-            run = asyncio.run(run_level(config, concurrency, on_record=bar.on_record))
+        name = f"c={concurrency}" if rate is None else f"{rate:.3g} req/s"
+        with LevelProgress(console, concurrency=concurrency or 0, duration_s=length, total_requests=total,
+                           enabled=progress and console.is_terminal, name=name) as bar:
+            if rate is None:
+                run = asyncio.run(run_level(config, concurrency, on_record=bar.on_record))
+            else:
+                run = asyncio.run(run_rate_level(config, rate, on_record=bar.on_record))
         runs.append(run)
-        level = summarize_level(run)
+        level = summarize_level(run, slo=config.slo, tolerance_s=config.schedule_tolerance_s)
+        if role is not None:
+            level["sweep_role"] = role
         markers = []
         if events is not None:
             try:
@@ -54,8 +64,35 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
         level["timeline"] = build_timeline(run.records, window_start=run.window_start, window_end=run.window_end,
                                            markers=markers)
         levels.append(level)
-        llmperf.write(run, config, output_dir / "llmperf" / f"concurrency-{concurrency}")
+        if rate is None:  # LLMPerf has no open loop: its files stay those of closed-loop levels
+            llmperf.write(run, config, output_dir / "llmperf" / f"concurrency-{concurrency}")
+        return level
+
+    sweep = None
+    if not config.open_loop:
+        for concurrency in config.concurrency:
+            run_one(concurrency)
+    elif not config.sweep:
+        for rate in config.rates:
+            run_one(rate=rate)
+    else:
+        from gennstack.bench.slo import request_rate, sweep_rates
+
+        synchronous = request_rate(run_one(1, role="synchronous"))
+        saturated = request_rate(run_one(config.max_in_flight, role="throughput"))
+        try:
+            rates = sweep_rates(synchronous, saturated, config.sweep_levels)
+        except ValueError as exc:
+            console.print(f"[red]sweep stopped: {exc}[/red]")
+            rates = []
+        for rate in rates:
+            run_one(rate=rate, role="rate")
+        sweep = {"synchronous_rps": synchronous, "saturated_rps": saturated, "rates": rates}
     result = build_result(config, levels, command=command, started_at=started, layout=layout)
+    if sweep is not None:
+        from gennstack.bench.slo import at_slo
+
+        result["sweep"] = {**sweep, **at_slo(result, config.slo_target)}
     write_result(result, output_dir / RESULT_FILE)
     write_requests_csv(runs, output_dir / REQUESTS_FILE)
     result["_label"] = output_dir.name
@@ -75,6 +112,10 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
     if failures is not None:
         console.print(failures)
     console.print(timeline_table(levels))
+    for table in open_loop_tables(levels):
+        console.print(table)
+    if sweep is not None:
+        console.print(sweep_line(result["sweep"]))
     turns = workload_table(levels)
     if turns is not None:
         console.print(turns)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import ssl
 import time
@@ -66,6 +67,7 @@ class RequestRecord:
     prefix: int | None = None
     upstream: str | None = None  # the value of --record-header in the response
     content: list[str] | None = None  # the answer's text, kept only where a later turn resends it
+    t_due: float | None = None  # open loop: when its schedule said to send it (None: closed loop)
 
     # ---- derived measurements -------------------------------------------------------
     @property
@@ -125,6 +127,9 @@ class LevelRun:
     started_wall: float  # time.time() at the level's start
     mode: str  # "duration" or "requests"
     workload: str = "single"
+    rate: float | None = None  # open loop: the level's requests (or conversations) per second; None: closed loop
+    peak_in_flight: int = 0  # open loop: the most requests streaming at once
+    not_sent: int = 0  # open loop, --duration: requests due before the window closed and never sent (the cap was full)
 
 
 def _build_body(config: BenchConfig, prompt: str | list[dict], max_tokens: int) -> bytes:
@@ -369,3 +374,197 @@ async def run_level(
             rec.status = INCOMPLETE
     mode = "duration" if config.duration_s is not None else "requests"
     return LevelRun(concurrency, records, window[0], window[1], started_wall, mode, workload.kind)
+
+
+def _headers(config: BenchConfig) -> dict[str, str]:
+    headers = {"content-type": "application/json", "accept": "text/event-stream", "accept-encoding": "identity"}
+    if config.api_key:
+        headers["authorization"] = f"Bearer {config.api_key}"
+    return headers
+
+
+async def run_rate_level(
+    config: BenchConfig,
+    rate: float,
+    *,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> LevelRun:
+    """Run one open-loop level: requests (multi-turn: conversations) arrive on the seeded schedule of
+    :mod:`gennstack.bench.arrivals` at ``rate`` per second and are sent when due, whatever is in flight, up to
+    ``--max-in-flight`` at once. A request due while the cap is full waits for a free slot and goes out late;
+    each record keeps its due time (``t_due``) beside its send time, so the result says how far the client fell
+    behind its schedule instead of quietly becoming a closed loop.
+
+    multi-turn: a conversation's first turn is due at its arrival, each later turn ``--think-time`` after the
+    answer to the turn before it (due = end of that answer + think time). ``--duration``: the schedule runs for
+    ``warmup + duration`` seconds; requests due before ``warmup`` are warm-up; when the window closes, requests
+    still streaming run to their end (throughput still counts only what arrived inside the window), those still
+    waiting for a slot are counted as not sent, and no conversation sends another turn. ``--num-requests``: the schedule
+    holds ``warmup_requests + num_requests`` requests (multi-turn: enough conversations for them, the last one
+    short), all run to the end. Request bodies of single and shared-prefix levels are built before the clock
+    starts, so the dispatcher only sleeps and starts tasks.
+    """
+    from gennstack.bench.arrivals import schedule
+
+    rng = random.Random(f"{config.seed}:rate:{rate!r}")
+    headers = _headers(config)
+    workload = config.workload
+    warmup_requests = config.warmup_requests_for(0)
+    total = None if config.num_requests is None else warmup_requests + config.num_requests
+    measure_from = config.warmup_s if config.duration_s is not None else 0.0
+    stop_at = measure_from + config.duration_s if config.duration_s is not None else None
+    arrivals = schedule(rate, arrival=config.arrival, burstiness=config.burstiness, seed=config.seed,
+                        count=None if total is None else math.ceil(total / workload.turns), until=stop_at)
+    weights = workload.prefix_weights() if workload.has_prefixes else None
+    prefixes: dict[int, str] = {}
+
+    def opening(unit: Unit) -> list[dict]:
+        if unit.prefix is None:
+            return []
+        if unit.prefix not in prefixes:
+            prefixes[unit.prefix] = system_prompt(unit.prefix, workload.prefix_tokens, config.seed)
+        return [{"role": "system", "content": prefixes[unit.prefix]}]
+
+    def unit(index: int) -> Unit:
+        return make_unit(index, seed=config.seed, turns=workload.turns, prompt_tokens=config.prompt_tokens,
+                         max_tokens=config.max_tokens, weights=weights)
+
+    # (prompt tokens, max tokens, body, unit) per arrival, for the one-request-per-arrival workloads
+    prepared: list[tuple[int, int, bytes, Unit | None]] = []
+    if workload.kind == "single":
+        for _ in arrivals:
+            p, m = config.prompt_tokens.sample(rng), config.max_tokens.sample(rng)
+            prepared.append((p, m, _build_body(config, make_prompt(p, rng), m), None))
+    elif workload.turns == 1:
+        for i in range(len(arrivals)):
+            u = unit(i)
+            turn = u.turns[0]
+            messages = [*opening(u), {"role": "user", "content": turn.text}]
+            history = workload.prefix_tokens if u.prefix is not None else 0
+            prepared.append((history + turn.prompt_tokens, turn.max_tokens, _build_body(config, messages, turn.max_tokens), u))
+
+    records: list[RequestRecord] = []
+    next_index = 0
+    in_flight = peak = waiting = 0
+    closing = False
+    cap = asyncio.Semaphore(config.max_in_flight)
+    clock0 = time.monotonic()
+    started_wall = time.time()
+
+    def clock() -> float:
+        return time.monotonic() - clock0
+
+    def new_record(arrival: int, due: float, prompt_tokens: int, max_tokens: int) -> RequestRecord | None:
+        nonlocal next_index
+        if total is not None and next_index >= total:
+            return None
+        index = next_index
+        next_index += 1
+        warmup = index < warmup_requests if total is not None else due < measure_from
+        rec = RequestRecord(index=index, worker=arrival, warmup=warmup, prompt_tokens_requested=prompt_tokens,
+                            max_tokens=max_tokens, t_due=due)
+        records.append(rec)
+        return rec
+
+    async def acquire() -> None:
+        nonlocal waiting
+        waiting += 1
+        try:
+            await cap.acquire()
+        finally:
+            waiting -= 1
+
+    async def send(session: aiohttp.ClientSession, rec: RequestRecord, body: bytes) -> None:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        try:
+            await stream_request(session, config, headers, body, rec, clock)
+        finally:
+            in_flight -= 1
+            cap.release()
+        if on_record is not None:
+            on_record(rec)
+
+    async def one(session: aiohttp.ClientSession, arrival: int, due: float) -> None:
+        prompt_tokens, max_tokens, body, u = prepared[arrival]
+        await acquire()
+        rec = None if closing else new_record(arrival, due, prompt_tokens, max_tokens)
+        if rec is None:
+            cap.release()
+            return
+        if u is not None:
+            rec.conversation, rec.turn, rec.prefix = u.index, 1, u.prefix
+        await send(session, rec, body)
+
+    async def conversation(session: aiohttp.ClientSession, arrival: int, due: float) -> None:
+        u = unit(arrival)
+        history = opening(u)
+        history_tokens = workload.prefix_tokens if u.prefix is not None else 0
+        for number, turn in enumerate(u.turns, start=1):
+            if number > 1:
+                due = clock() + workload.think_time_s
+                if workload.think_time_s:
+                    await asyncio.sleep(workload.think_time_s)
+                if closing:
+                    return
+            await acquire()
+            rec = None if closing else new_record(arrival, due, history_tokens + turn.prompt_tokens, turn.max_tokens)
+            if rec is None:
+                cap.release()
+                return
+            rec.conversation, rec.turn, rec.prefix = u.index, number, u.prefix
+            more = number < len(u.turns)
+            if more:
+                rec.content = []
+            messages = [*history, {"role": "user", "content": turn.text}]
+            await send(session, rec, _build_body(config, messages, rec.max_tokens))
+            if more and rec.status == COMPLETED:
+                history = [*messages, {"role": "assistant", "content": "".join(rec.content)}]
+                history_tokens += turn.prompt_tokens + rec.output_tokens
+            rec.content = None
+
+    start = conversation if workload.turns > 1 else one
+    tasks: set[asyncio.Task] = set()
+
+    async def dispatch(session: aiohttp.ClientSession) -> None:
+        for arrival, due in enumerate(arrivals):
+            delay = due - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.add(asyncio.create_task(start(session, arrival, due)))
+
+    timeout = aiohttp.ClientTimeout(total=None, connect=config.stall_timeout_s, sock_read=config.stall_timeout_s)
+    connector = aiohttp.TCPConnector(limit=config.max_in_flight, limit_per_host=0, ssl=tls_context(config))
+    not_sent = 0
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False, trust_env=False) as session:
+        dispatcher = asyncio.create_task(dispatch(session))
+        if stop_at is not None:
+            await asyncio.wait([dispatcher], timeout=max(0.0, stop_at - clock()))
+            await asyncio.sleep(max(0.0, stop_at - clock()))
+            # the window is over: nothing new goes out (a request still waiting for a slot is counted as not
+            # sent, a conversation sends no further turn), and the requests in flight run to their end, so each
+            # request due in the window has an outcome to hold against the SLO
+            closing = True
+            not_sent = waiting
+            dispatcher.cancel()
+            results = await asyncio.gather(dispatcher, *tasks, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]
+            if errors:
+                raise errors[0]
+            window = (measure_from, stop_at)
+        else:
+            await dispatcher
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, BaseException)]
+            if errors:
+                raise errors[0]
+            measured = [r for r in records if not r.warmup]
+            window = (min(r.t_send for r in measured), max(r.t_end for r in measured)) if measured else (0.0, clock())
+
+    for rec in records:
+        if rec.status == IN_FLIGHT:
+            rec.status = INCOMPLETE
+    mode = "duration" if config.duration_s is not None else "requests"
+    return LevelRun(config.max_in_flight, records, window[0], window[1], started_wall, mode, workload.kind,
+                    rate=rate, peak_in_flight=peak, not_sent=not_sent)

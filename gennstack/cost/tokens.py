@@ -135,7 +135,7 @@ def level_costs(result: dict, prices: HourlyPrices) -> list[dict[str, Any]]:
             raise CostInputError(f"{where}, concurrency {level.get('concurrency')}: aggregate_output_tokens_per_s is "
                                  f"{output_tps!r}; no tokens were measured, so there is nothing to divide the cost by")
         factor = _total_factor(level)
-        row = {"concurrency": level["concurrency"], "aggregate_output_tokens_per_s": output_tps,
+        row = {"concurrency": level["concurrency"], "rate_rps": level.get("rate_rps"), "aggregate_output_tokens_per_s": output_tps,
                "user_output_tokens_per_s": level["metrics"]["user_output_tokens_per_s"]["mean"],
                "total_tokens_per_s": output_tps * factor if factor else None}
         for key, usd in (("recorded", prices.recorded), ("spot", prices.spot), ("on_demand", prices.on_demand)):
