@@ -21,7 +21,7 @@ CSV_COLUMNS = (
     "send_s", "ttft_s", "itl_s", "e2e_s", "output_tokens", "token_source", "chunks",
     "mean_chunk_gap_s", "max_chunk_gap_s", "user_output_tokens_per_s", "prompt_tokens",
     "prompt_tokens_requested", "max_tokens", "finish_reason", "error_detail",
-    "conversation", "turn", "prefix", "upstream",
+    "conversation", "turn", "prefix", "upstream", "due_s",
 )
 
 
@@ -79,7 +79,7 @@ def write_requests_csv(runs: list[LevelRun], path: Path) -> None:
                     _fmt(r.user_tokens_per_s), r.prompt_tokens, r.prompt_tokens_requested, r.max_tokens,
                     r.finish_reason or "", r.error_detail.replace("\n", " "),
                     "" if r.conversation is None else r.conversation, "" if r.turn is None else r.turn,
-                    "" if r.prefix is None else r.prefix, r.upstream or "",
+                    "" if r.prefix is None else r.prefix, r.upstream or "", _fmt(r.t_due),
                 ])
 
 
