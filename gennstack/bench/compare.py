@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from gennstack.bench import report
+from gennstack.bench.metrics import level_label
 from gennstack.bench.results import load_result
 
 # (label, getter, unit, higher_is_better)
@@ -26,6 +27,15 @@ ROWS = (
     ("requests/s", lambda lvl: lvl["requests_per_s"], "", True),
     ("failed", lambda lvl: lvl["requests"]["failed"], "", False),
     ("incomplete", lambda lvl: lvl["requests"]["incomplete"], "", False),
+)
+
+
+# open-loop levels with --slo (gennstack.bench.slo)
+SLO_ROWS = (
+    ("SLO attainment", lambda lvl: (lvl.get("slo") or {}).get("attainment"), "", True),
+    ("goodput req/s", lambda lvl: (lvl.get("slo") or {}).get("goodput_rps"), "", True),
+    ("goodput tok/s", lambda lvl: (lvl.get("slo") or {}).get("goodput_output_tokens_per_s"), "", True),
+    ("schedule lag p99", lambda lvl: ((lvl.get("schedule") or {}).get("lag_s") or {}).get("p99"), "ms", False),
 )
 
 
@@ -63,12 +73,12 @@ def delta(base, value) -> str:
     return f"{(value - base) / base * 100:+.1f}%"
 
 
-def _costs_by_level(result: dict) -> dict[int, dict]:
-    """Concurrency -> gennstack.cost.tokens row, for a result whose layout can be priced (else empty)."""
+def _costs_by_level(result: dict) -> dict[str, dict]:
+    """Level label (concurrency, or rate for an open-loop level) -> gennstack.cost.tokens row, for a result whose layout can be priced (else empty)."""
     from gennstack.cost.tokens import report_costs
 
     costs = report_costs(result)
-    return {} if isinstance(costs, str) else {row["concurrency"]: row for row in costs[0]}
+    return {} if isinstance(costs, str) else {level_label(row): row for row in costs[0]}
 
 
 # (label, cost row key): compared like the other rows, lower is better; "–" where a run has no priced layout. Spot comes
@@ -82,22 +92,29 @@ COST_ROWS = (
 
 def comparison_rows(results: list[dict]) -> list[dict]:
     """Rows as data (also what the tests check): level, metric, values per run, deltas."""
-    levels = sorted({lvl["concurrency"] for r in results for lvl in r["levels"]})
+    found: dict[str, dict] = {}
+    for r in results:
+        for lvl in r["levels"]:
+            found.setdefault(level_label(lvl), lvl)
+    # closed-loop levels by concurrency, then open-loop levels by rate
+    levels = sorted(found, key=lambda k: (found[k].get("rate_rps") is not None, found[k].get("rate_rps") or found[k]["concurrency"]))
     costs = [_costs_by_level(r) for r in results]
     rows = []
-    for c in levels:
-        by_run = [next((lvl for lvl in r["levels"] if lvl["concurrency"] == c), None) for r in results]
-        for label, getter, unit, higher in ROWS:
+    for name in levels:
+        by_run = [next((lvl for lvl in r["levels"] if level_label(lvl) == name), None) for r in results]
+        c = found[name]["concurrency"]
+        slo_rows = SLO_ROWS if any(lvl is not None and lvl.get("slo") for lvl in by_run) else ()
+        for label, getter, unit, higher in (*ROWS, *slo_rows):
             values = [getter(lvl) if lvl is not None else None for lvl in by_run]
             rows.append({
-                "concurrency": c, "metric": label, "unit": unit, "higher_is_better": higher, "values": values,
+                "concurrency": c, "level": name, "metric": label, "unit": unit, "higher_is_better": higher, "values": values,
                 "deltas": [""] + [delta(values[0], v) for v in values[1:]],
             })
         for label, key in COST_ROWS:
-            values = [cost.get(c, {}).get(key) for cost in costs]
+            values = [cost.get(name, {}).get(key) for cost in costs]
             if any(v is not None for v in values):
-                rows.append({"concurrency": c, "metric": label, "unit": "$", "higher_is_better": False, "values": values,
-                             "deltas": [""] + [delta(values[0], v) for v in values[1:]]})
+                rows.append({"concurrency": c, "level": name, "metric": label, "unit": "$", "higher_is_better": False,
+                             "values": values, "deltas": [""] + [delta(values[0], v) for v in values[1:]]})
     return rows
 
 
@@ -111,8 +128,8 @@ def table(results: list[dict]) -> Table:
             t.add_column("Δ", justify="right")
     previous = None
     for row in comparison_rows(results):
-        cells = [str(row["concurrency"]) if row["concurrency"] != previous else "", row["metric"]]
-        previous = row["concurrency"]
+        cells = [row["level"] if row["level"] != previous else "", row["metric"]]
+        previous = row["level"]
         for i, value in enumerate(row["values"]):
             cells.append(_fmt(value, row["unit"]))
             if i:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from html import escape
 
+from gennstack.bench.metrics import level_label
 from gennstack.bench.svg import Series, cdf_points, line_chart
 
 _STYLE = """
@@ -76,7 +77,7 @@ def _user_table(results: list[dict]) -> str:
     rows = []
     for i, result in enumerate(results):
         for level in result["levels"]:
-            cells = [f"<td>{escape(_label(result, i))}</td><td>{level['concurrency']}</td>"]
+            cells = [f"<td>{escape(_label(result, i))}</td><td>{level_label(level)}</td>"]
             for key, _, unit in _PER_USER_ROWS:
                 m = level["metrics"][key]
                 cells.append("".join(f"<td>{_v(m[q], unit)}</td>" for q in ("mean", "p50", "p99")))
@@ -94,7 +95,7 @@ def _aggregate_table(results: list[dict]) -> str:
             req = level["requests"]
             failures = ", ".join(f"{k}: {v}" for k, v in req["failures_by_class"].items()) or "none"
             rows.append(
-                f"<tr><td>{escape(_label(result, i))}</td><td>{level['concurrency']}</td>"
+                f"<tr><td>{escape(_label(result, i))}</td><td>{level_label(level)}</td>"
                 f"<td>{level['aggregate_output_tokens_per_s']:,.1f}</td><td>{level['requests_per_s']:,.2f}</td>"
                 f"<td>{level['window']['length_s']:.1f} s</td><td>{req['completed']}</td><td>{req['incomplete']}</td>"
                 f"<td>{req['failed']}</td><td>{escape(failures)}</td></tr>"
@@ -121,7 +122,7 @@ def _cost_table(results: list[dict]) -> str:
                 + "".join(f"<th>{escape(name)} $/h</th><th>$/1M output</th><th>$/1M total</th>" for _, name in present) + "</tr>")
         body = []
         for row in rows:
-            cells = (f"<td>{escape(_label(result, i))}</td><td>{row['concurrency']}</td>"
+            cells = (f"<td>{escape(_label(result, i))}</td><td>{level_label(row)}</td>"
                      f"<td>{row['aggregate_output_tokens_per_s']:,.1f}</td><td>{_v(row['user_output_tokens_per_s'])}</td>")
             for key, _ in present:
                 total = row[f"usd_per_m_total_{key}"]
@@ -143,7 +144,7 @@ def _workload_section(results: list[dict]) -> str:
             block, upstreams = level.get("workload"), level.get("upstreams")
             if block is None and upstreams is None:
                 continue
-            name = f"{_label(result, i)}, concurrency {level['concurrency']}"
+            name = f"{_label(result, i)}, {_level_words(level)}"
             params = ", ".join(f"{k} {v}" for k, v in spec.items() if k != "kind")
             parts.append(f"<h3>{escape(spec['kind'])} workload: {escape(name)}</h3>"
                          + (f'<p class="note">{escape(params)}</p>' if params else ""))
@@ -170,10 +171,30 @@ def _workload_section(results: list[dict]) -> str:
             "already holds.</p>" + "".join(parts))
 
 
+def _key(level: dict) -> str:
+    """A level's key across runs and in chart ids: ``c8`` (concurrency 8) or ``r2.5`` (2.5 requests/s)."""
+    return f"r{level['rate_rps']:.3g}" if level.get("rate_rps") is not None else f"c{level['concurrency']}"
+
+
+def _keys(results: list[dict]) -> list[str]:
+    """Every level key of the runs: closed-loop levels by concurrency, then open-loop ones by rate."""
+    levels = {_key(lvl): lvl for r in results for lvl in r["levels"]}
+    return sorted(levels, key=lambda k: (k[0], levels[k].get("rate_rps") or levels[k]["concurrency"]))
+
+
+def _short(level: dict) -> str:
+    return f"{level['rate_rps']:.3g}/s" if level.get("rate_rps") is not None else f"c={level['concurrency']}"
+
+
+def _level_words(level: dict) -> str:
+    return f"{level['rate_rps']:.3g} requests/s" if level.get("rate_rps") is not None else f"concurrency {level['concurrency']}"
+
+
 def _vs_concurrency(results: list[dict], value, *, title: str, y_label: str, chart_id: str) -> str:
     series = []
     for i, result in enumerate(results):
-        points = [(lvl["concurrency"], value(lvl)) for lvl in sorted(result["levels"], key=lambda x: x["concurrency"])]
+        closed = [lvl for lvl in result["levels"] if lvl.get("rate_rps") is None]  # open-loop levels: _open_loop_section
+        points = [(lvl["concurrency"], value(lvl)) for lvl in sorted(closed, key=lambda x: x["concurrency"])]
         series.append(Series(_label(result, i), [(x, y) for x, y in points if y is not None]))
     return line_chart(series, title=title, x_label="concurrency (streams)", y_label=y_label, chart_id=chart_id)
 
@@ -182,20 +203,17 @@ def _distribution_charts(results: list[dict], keys: tuple[tuple[str, str, str], 
     """CDFs: one series per level for a single run; per level, one series per run to compare."""
     charts = []
     if len(results) == 1:
-        groups = [(None, [(f"c={lvl['concurrency']}", lvl) for lvl in results[0]["levels"]])]
+        groups = [(None, [(_short(lvl), lvl) for lvl in results[0]["levels"]])]
     else:
-        levels = sorted({lvl["concurrency"] for r in results for lvl in r["levels"]})
-        groups = [
-            (c, [(_label(r, i), lvl) for i, r in enumerate(results) for lvl in r["levels"] if lvl["concurrency"] == c])
-            for c in levels
-        ]
-    for concurrency, members in groups:
-        suffix = "" if concurrency is None else f" at concurrency {concurrency}"
+        groups = [(key, [(_label(r, i), lvl) for i, r in enumerate(results) for lvl in r["levels"] if _key(lvl) == key])
+                  for key in _keys(results)]
+    for key_, members in groups:
+        suffix = "" if key_ is None else f" at {_level_words(members[0][1])}"
         for key, name, unit in keys:
             scale = 1000.0 if unit == "milliseconds" else 1.0
             series = [Series(label, cdf_points([v * scale for v in lvl["samples"].get(key, [])]), markers=False)
                       for label, lvl in members]
-            chart_id = f"{prefix}-{key}" + ("" if concurrency is None else f"-c{concurrency}")
+            chart_id = f"{prefix}-{key}" + ("" if key_ is None else f"-{key_}")
             charts.append(line_chart(series, title=f"{name}{suffix} (CDF)", x_label=unit, y_label="fraction of requests",
                                      chart_id=chart_id, step=True))
     return "".join(charts)
@@ -203,16 +221,16 @@ def _distribution_charts(results: list[dict], keys: tuple[tuple[str, str, str], 
 
 def _time_series_charts(results: list[dict]) -> str:
     if len(results) == 1:
-        series = [Series(f"c={lvl['concurrency']}", [tuple(p) for p in lvl["throughput_series"]], markers=False)
+        series = [Series(_short(lvl), [tuple(p) for p in lvl["throughput_series"]], markers=False)
                   for lvl in results[0]["levels"]]
         return line_chart(series, title="Aggregate output tokens/s over the measured window", x_label="seconds into window",
                           y_label="tokens/s", chart_id="agg-timeseries")
     charts = []
-    for c in sorted({lvl["concurrency"] for r in results for lvl in r["levels"]}):
-        series = [Series(_label(r, i), [tuple(p) for p in lvl["throughput_series"]], markers=False)
-                  for i, r in enumerate(results) for lvl in r["levels"] if lvl["concurrency"] == c]
-        charts.append(line_chart(series, title=f"Aggregate output tokens/s over time at concurrency {c}",
-                                 x_label="seconds into window", y_label="tokens/s", chart_id=f"agg-timeseries-c{c}"))
+    for key in _keys(results):
+        members = [(i, r, lvl) for i, r in enumerate(results) for lvl in r["levels"] if _key(lvl) == key]
+        series = [Series(_label(r, i), [tuple(p) for p in lvl["throughput_series"]], markers=False) for i, r, lvl in members]
+        charts.append(line_chart(series, title=f"Aggregate output tokens/s over time at {_level_words(members[0][2])}",
+                                 x_label="seconds into window", y_label="tokens/s", chart_id=f"agg-timeseries-{key}"))
     return "".join(charts)
 
 
@@ -224,9 +242,8 @@ def _timeline_charts(results: list[dict]) -> str:
             timeline = lvl.get("timeline")
             if timeline is None:
                 continue
-            c = lvl["concurrency"]
-            name = f"c={c}" if len(results) == 1 else f"{_label(r, i)} c={c}"
-            chart_id = f"timeline-{i}-c{c}"
+            name = _short(lvl) if len(results) == 1 else f"{_label(r, i)} {_short(lvl)}"
+            chart_id = f"timeline-{i}-{_key(lvl)}"
             half = timeline["bucket_s"] / 2
             marks = [(m["t_s"], m["event"]) for m in timeline["markers"]]
             buckets = timeline["buckets"]
@@ -250,6 +267,94 @@ def _timeline_charts(results: list[dict]) -> str:
             '<div class="charts">' + "".join(charts) + "</div>")
 
 
+def _objective(result: dict, metric: str) -> tuple[int, float | None]:
+    """(percentile, threshold in seconds) of the run's SLO for ``metric``; (90, None) without one."""
+    for key, value in (result["settings"].get("slo") or {}).items():
+        if key.startswith(f"{metric}_p"):
+            return int(key.rsplit("_p", 1)[1]), value
+    return 90, None
+
+
+def _open_loop_section(results: list[dict]) -> str:
+    """Open-loop levels: TTFT and ITL (p50 and the SLO's percentile) and SLO attainment against the offered rate,
+    one series per run and statistic, the SLO as a dashed line; then how well the client kept its schedule."""
+    runs = [(i, r, sorted((lvl for lvl in r["levels"] if lvl.get("schedule")), key=lambda lvl: lvl["schedule"]["offered_rps"]))
+            for i, r in enumerate(results)]
+    runs = [(i, r, levels) for i, r, levels in runs if levels]
+    if not runs:
+        return ""
+    charts = []
+    for metric, key, name in (("ttft", "ttft_s", "TTFT"), ("itl", "itl_s", "ITL")):
+        series, lines = [], []
+        for i, r, levels in runs:
+            pct, threshold = _objective(r, metric)
+            for q in sorted({50, pct}):
+                points = [(lvl["schedule"]["offered_rps"], _ms(_percentile(lvl["samples"][key], q))) for lvl in levels]
+                series.append(Series(f"{_label(r, i)} p{q}" if len(runs) > 1 else f"p{q}", [p for p in points if p[1] is not None]))
+            if threshold is not None and (threshold * 1000, f"SLO {metric}_p{pct} {threshold * 1000:g} ms") not in lines:
+                lines.append((threshold * 1000, f"SLO {metric}_p{pct} {threshold * 1000:g} ms"))
+        charts.append(line_chart(series, title=f"{name} vs offered rate", x_label="offered rate (requests/s)",
+                                 y_label="milliseconds", chart_id=f"rate-{metric}", hlines=lines))
+    with_slo = [(i, r, [lvl for lvl in levels if lvl.get("slo")]) for i, r, levels in runs]
+    if any(levels for _, _, levels in with_slo):
+        series = [Series(_label(r, i), [(lvl["schedule"]["offered_rps"], lvl["slo"]["attainment"] * 100) for lvl in levels
+                                        if lvl["slo"]["attainment"] is not None]) for i, r, levels in with_slo if levels]
+        targets = sorted({(r["settings"]["slo"]["target"] * 100, f"target {r['settings']['slo']['target']:.0%}")
+                          for _, r, levels in with_slo if levels})
+        charts.append(line_chart(series, title="SLO attainment vs offered rate", x_label="offered rate (requests/s)",
+                                 y_label="% of requests within every SLO", chart_id="rate-attainment", hlines=targets))
+    rows = []
+    for i, r, levels in runs:
+        for lvl in levels:
+            s, slo = lvl["schedule"], lvl.get("slo")
+            attainment = "–" if not slo or slo["attainment"] is None else f"{slo['attainment']:.1%}"
+            goodput_rps = "–" if not slo else f"{slo['goodput_rps']:.2f}"
+            goodput_tps = "–" if not slo else f"{slo['goodput_output_tokens_per_s']:,.1f}"
+            rows.append(f"<tr><td>{escape(_label(r, i))}</td><td>{s['rate_rps']:.3g}</td><td>{s['offered_rps']:.3g}</td>"
+                        f"<td>{s['due']}</td><td>{s['not_sent']}</td><td>{s['late']}</td><td>{_v(s['lag_s']['p50'], 's')}</td>"
+                        f"<td>{_v(s['lag_s']['p99'], 's')}</td><td>{_v(s['lag_s']['max'], 's')}</td>"
+                        f"<td>{s['peak_in_flight']} / {s['max_in_flight']}</td><td>{attainment}</td><td>{goodput_rps}</td>"
+                        f"<td>{goodput_tps}</td></tr>")
+    sweeps = []
+    for i, r, _ in runs:
+        at = (r.get("sweep") or {}).get("at_slo")
+        if r.get("sweep") is None:
+            continue
+        if at is None:
+            sweeps.append(f"<li>{escape(_label(r, i))}: {escape(r['sweep'].get('note', 'no rate met the SLO'))}</li>")
+            continue
+        price = "; ".join(f"${at[f'usd_per_m_output_{k}']:,.2f} per 1M output tokens ({k.replace('_', '-')})"
+                          for k in ("recorded", "spot", "on_demand") if at.get(f"usd_per_m_output_{k}") is not None)
+        sweeps.append(f"<li>{escape(_label(r, i))}: <strong>{at['rate_rps']:.3g} requests/s</strong> meets the SLO for "
+                      f"{at['attainment']:.1%} of requests (target {r['sweep']['target']:.0%}): {at['output_tokens_per_s']:,.1f} "
+                      f"output tokens/s{'; ' + escape(price) if price else ''}</li>")
+    return ('<h3>Open loop: latency against offered rate</h3><p class="note">Offered rate: requests due in the measured '
+            "window per second (multi-turn: every turn). Lag: send time minus due time; late: lag above the stated "
+            "tolerance. Attainment: requests within every SLO threshold / requests with an outcome.</p>"
+            + (f'<ul class="sweep">{"".join(sweeps)}</ul>' if sweeps else "")
+            + '<div class="charts">' + "".join(charts) + "</div>"
+            '<div class="table-wrap"><table class="schedule"><tr><th>run</th><th>rate/s</th><th>offered/s</th><th>due</th>'
+            "<th>not sent</th><th>late</th><th>lag p50</th><th>lag p99</th><th>lag max</th><th>peak in flight</th>"
+            f"<th>SLO attainment</th><th>goodput req/s</th><th>goodput tok/s</th></tr>{''.join(rows)}</table></div>")
+
+
+def _percentile(values: list[float], q: int) -> float | None:
+    from gennstack.bench.metrics import quantile
+
+    data = sorted(values)
+    return quantile(data, q / 100) if data else None
+
+
+def _load_words(settings: dict) -> str:
+    """``concurrency 1, 8`` (closed loop), or the open loop's rates, arrival process and cap."""
+    spec = settings.get("open_loop")
+    if spec is None:
+        return f"concurrency {', '.join(map(str, settings['concurrency']))}"
+    rates = spec["rates"] if spec["rates"] == "sweep" else ", ".join(f"{r:g}" for r in spec["rates"]) + " requests/s"
+    burst = f" (burstiness {spec['burstiness']:g})" if spec["arrival"] == "poisson" and spec["burstiness"] != 1 else ""
+    return f"open loop: rate {rates}, {spec['arrival']} arrivals{burst}, at most {spec['max_in_flight']} in flight"
+
+
 def _workload_meta(settings: dict) -> str:
     spec = settings.get("workload") or {"kind": "single"}
     if spec["kind"] == "single":
@@ -265,14 +370,14 @@ def _header(results: list[dict]) -> str:
         return (
             f"<h1>gennstack bench: {escape(r['model'])}</h1>"
             f'<p class="meta">endpoint <code>{escape(r["endpoint"])}</code> · started {escape(r["started_at"])} · '
-            f"{escape(r['tool']['name'])} {escape(r['tool']['version'])} · concurrency {', '.join(map(str, settings['concurrency']))} · "
+            f"{escape(r['tool']['name'])} {escape(r['tool']['version'])} · {escape(_load_words(settings))} · "
             f"{escape(length)} · prompt tokens {escape(settings['prompt_tokens']['spec'])} · max tokens {escape(settings['max_tokens']['spec'])}"
             f"{_workload_meta(settings)}</p>"
             f'<p class="meta">command <code>{escape(" ".join(r["command"]))}</code></p>'
         )
     rows = "".join(
         f"<tr><td>{escape(_label(r, i))}</td><td>{escape(r['model'])}</td><td>{escape(r['endpoint'])}</td>"
-        f"<td>{escape(r['started_at'])}</td><td>{', '.join(str(lvl['concurrency']) for lvl in r['levels'])}</td>"
+        f"<td>{escape(r['started_at'])}</td><td>{', '.join(level_label(lvl) for lvl in r['levels'])}</td>"
         f"<td>{escape(r['settings']['prompt_tokens']['spec'])} / {escape(r['settings']['max_tokens']['spec'])}</td></tr>"
         for i, r in enumerate(results)
     )
@@ -300,7 +405,7 @@ def render(results: list[dict]) -> str:
         + _distribution_charts(results, (("ttft_s", "Time to first token", "milliseconds"), ("itl_s", "Inter-token latency", "milliseconds"),
                                          ("e2e_s", "End-to-end latency", "milliseconds"),
                                          ("user_output_tokens_per_s", "Per-user output tokens/s", "tokens/s")), "user")
-        + "</div>" + _user_table(results) + _workload_section(results) + "</section>"
+        + "</div>" + _open_loop_section(results) + _user_table(results) + _workload_section(results) + "</section>"
     )
     aggregate = (
         '<section data-view="aggregate" id="section-aggregate"><h2>Aggregate view: what the fleet delivers</h2>'

@@ -64,9 +64,12 @@ def line_chart(
     y_from_zero: bool = True,
     step: bool = False,
     vlines: Sequence[tuple[float, str]] = (),
+    hlines: Sequence[tuple[float, str]] = (),
 ) -> str:
     """A line chart (``step=True`` draws a step function, as for a CDF). ``vlines``: ``(x, label)`` event
-    markers, drawn as dashed vertical lines (``<g class="marker" data-event=label>``)."""
+    markers, drawn as dashed vertical lines (``<g class="marker" data-event=label>``). ``hlines``: ``(y, label)``
+    thresholds such as an SLO, drawn as dashed horizontal lines (``<g class="threshold" data-label=label>``) inside
+    the y range."""
     left, right, top, bottom = 64, 16, 48, 46
     plot_w, plot_h = width - left - right, height - top - bottom
     points = [p for s in series for p in s.points]
@@ -80,7 +83,7 @@ def line_chart(
         parts.append(f'<text class="empty" x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text></svg>')
         return "".join(parts)
     xs = [p[0] for p in points] + [x for x, _ in vlines]
-    ys = [p[1] for p in points]
+    ys = [p[1] for p in points] + [y for y, _ in hlines]
     x_ticks = nice_ticks(min(xs), max(xs))
     y_ticks = nice_ticks(0.0 if y_from_zero else min(ys), max(ys))
     x0, x1 = x_ticks[0], x_ticks[-1]
@@ -112,6 +115,10 @@ def line_chart(
         parts.append(f'<g class="marker" data-event="{escape(label)}"><line x1="{sx(x):.1f}" x2="{sx(x):.1f}" y1="{top}" '
                      f'y2="{top + plot_h}" stroke="#555" stroke-dasharray="4 3"/><text x="{sx(x) + 3:.1f}" '
                      f'y="{top + 12 + 12 * (n % 3)}">{escape(label)}</text><title>{escape(label)} at {fmt_number(x)} s</title></g>')
+    for y, label in hlines:
+        parts.append(f'<g class="threshold" data-label="{escape(label)}"><line x1="{left}" x2="{left + plot_w}" '
+                     f'y1="{sy(y):.1f}" y2="{sy(y):.1f}" stroke="#b00" stroke-dasharray="6 3"/><text x="{left + plot_w - 4}" '
+                     f'y="{sy(y) - 4:.1f}" text-anchor="end" fill="#b00">{escape(label)}</text></g>')
     for i, s in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
         coords = []

@@ -276,3 +276,15 @@ def test_sweep_runs_synchronous_throughput_then_rates_between_and_picks_the_rate
     assert "sweep: synchronous" in capsys.readouterr().out
     # the closed-loop runs of a sweep still write their LLMPerf files; the rate levels do not
     assert sorted(p.name for p in (out / "llmperf").iterdir()) == ["concurrency-1", "concurrency-8"]
+
+
+def test_demo_defaults_to_a_sweep_against_a_mock_that_saturates(bench_parser, tmp_path, capsys) -> None:
+    out = tmp_path / "demo"
+    args = bench_parser.parse_args(["bench", "demo", "--duration", "1", "--sweep-levels", "1", "--max-tokens", "8",
+                                    "--output-dir", str(out), "--no-progress"])
+    assert args.func(args) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert result["settings"]["open_loop"]["rates"] == "sweep"
+    assert result["settings"]["slo"] == {"ttft_p90": 0.4, "itl_p90": 0.04, "target": 0.9}
+    assert [lvl.get("sweep_role") for lvl in result["levels"]] == ["synchronous", "throughput", "rate"]
+    assert "sweep: synchronous" in capsys.readouterr().out
