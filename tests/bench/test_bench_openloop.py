@@ -280,7 +280,7 @@ def test_sweep_runs_synchronous_throughput_then_rates_between_and_picks_the_rate
 
 def test_demo_defaults_to_a_sweep_against_a_mock_that_saturates(bench_parser, tmp_path, capsys) -> None:
     out = tmp_path / "demo"
-    args = bench_parser.parse_args(["bench", "demo", "--duration", "1", "--sweep-levels", "1", "--max-tokens", "8",
+    args = bench_parser.parse_args(["bench", "demo", "--duration", "2", "--sweep-levels", "1", "--max-tokens", "4",
                                     "--output-dir", str(out), "--no-progress"])
     assert args.func(args) == 0
     result = json.loads((out / "result.json").read_text())
