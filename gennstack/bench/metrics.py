@@ -194,10 +194,10 @@ def schedule_summary(run: LevelRun, tolerance_s: float) -> dict:
     }
 
 
-def summarize_level(run: LevelRun, *, slo=None, tolerance_s: float = 0.010) -> dict:
+def summarize_level(run: LevelRun, *, tolerance_s: float = 0.010) -> dict:
     """The per-level block of the result file (summary plus per-request samples). Open-loop levels (``run.rate``)
-    add ``rate_rps`` and ``schedule`` (:func:`schedule_summary`); with ``slo`` (gennstack.bench.slo.SLO) a level
-    adds ``slo`` (gennstack.bench.slo.level_slo)."""
+    add ``rate_rps`` and ``schedule`` (:func:`schedule_summary`); with --slo, gennstack.bench.slo.level_slo adds
+    ``slo``."""
     measured = [r for r in run.records if not r.warmup]
     completed = [r for r in measured if r.status == COMPLETED]
     failed = [r for r in measured if r.status == FAILED]
@@ -250,8 +250,4 @@ def summarize_level(run: LevelRun, *, slo=None, tolerance_s: float = 0.010) -> d
     if run.rate is not None:
         level["rate_rps"] = run.rate
         level["schedule"] = schedule_summary(run, tolerance_s)
-    if slo is not None:
-        from gennstack.bench.slo import level_slo
-
-        level["slo"] = level_slo(run.records, slo, window_start=run.window_start, window_end=run.window_end)
     return level

@@ -31,6 +31,7 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
     from gennstack.bench.metrics import summarize_level
     from gennstack.bench.results import REPORT_FILE, REQUESTS_FILE, RESULT_FILE, build_result, write_requests_csv, write_result
     from gennstack.bench.runner import run_level, run_rate_level
+    from gennstack.bench.slo import at_slo, level_slo, request_rate, sweep_rates
     from gennstack.bench.timeline import EventsFileError, build_timeline, load_events, markers_for_level
 
     console = console or Console(width=None if sys.stdout.isatty() else 120)
@@ -52,7 +53,9 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
             else:
                 run = asyncio.run(run_rate_level(config, rate, on_record=bar.on_record))
         runs.append(run)
-        level = summarize_level(run, slo=config.slo, tolerance_s=config.schedule_tolerance_s)
+        level = summarize_level(run, tolerance_s=config.schedule_tolerance_s)
+        if config.slo is not None:
+            level["slo"] = level_slo(run.records, config.slo, window_start=run.window_start, window_end=run.window_end)
         if role is not None:
             level["sweep_role"] = role
         markers = []
@@ -76,8 +79,6 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
         for rate in config.rates:
             run_one(rate=rate)
     else:
-        from gennstack.bench.slo import request_rate, sweep_rates
-
         synchronous = request_rate(run_one(1, role="synchronous"))
         saturated = request_rate(run_one(config.max_in_flight, role="throughput"))
         try:
@@ -90,8 +91,6 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
         sweep = {"synchronous_rps": synchronous, "saturated_rps": saturated, "rates": rates}
     result = build_result(config, levels, command=command, started_at=started, layout=layout)
     if sweep is not None:
-        from gennstack.bench.slo import at_slo
-
         result["sweep"] = {**sweep, **at_slo(result, config.slo_target)}
     write_result(result, output_dir / RESULT_FILE)
     write_requests_csv(runs, output_dir / REQUESTS_FILE)

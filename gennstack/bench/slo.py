@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gennstack.bench.config import ConfigError
+from gennstack.bench.metrics import quantile
+from gennstack.bench.runner import COMPLETED, INCOMPLETE
 
 SLO_METRICS = ("ttft", "itl", "tpot", "e2e")
 DEFAULT_PERCENTILE = 90
@@ -92,8 +94,8 @@ def request_value(record, metric: str) -> float | None:
     return (record.e2e - record.ttft) / (n - 1)
 
 
-def is_good(record, slo: SLO, completed: str = "completed") -> bool:
-    if record.status != completed:
+def is_good(record, slo: SLO) -> bool:
+    if record.status != COMPLETED:
         return False
     for objective in slo.objectives:
         value = request_value(record, objective.metric)
@@ -108,11 +110,8 @@ def is_good(record, slo: SLO, completed: str = "completed") -> bool:
 
 def level_slo(records: Sequence, slo: SLO, *, window_start: float, window_end: float) -> dict:
     """The ``slo`` block of one level over its measured (non-warm-up) requests."""
-    from gennstack.bench.metrics import quantile
-    from gennstack.bench.runner import COMPLETED, INCOMPLETE
-
     measured = [r for r in records if not r.warmup and r.status != INCOMPLETE]
-    good = [r for r in measured if is_good(r, slo, COMPLETED)]
+    good = [r for r in measured if is_good(r, slo)]
     window = max(window_end - window_start, 1e-9)
     good_in_window = [r for r in good if window_start <= r.t_end <= window_end + 1e-9]
     completed = [r for r in measured if r.status == COMPLETED]

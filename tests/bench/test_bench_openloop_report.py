@@ -14,7 +14,7 @@ from gennstack.bench.config import BenchConfig, Distribution
 from gennstack.bench.metrics import summarize_level
 from gennstack.bench.results import build_result, load_result
 from gennstack.bench.runner import COMPLETED, LevelRun, RequestRecord
-from gennstack.bench.slo import SLO
+from gennstack.bench.slo import SLO, level_slo
 
 SLO_SPEC = "ttft_p90=500ms,itl_p90=40ms"
 
@@ -37,7 +37,11 @@ def _write(directory, *, slow: float):
     config = BenchConfig(base_url="http://127.0.0.1:8000/v1", model="mock", concurrency=(1,), rates=(1.0, 2.0, 4.0),
                          prompt_tokens=Distribution("fixed", 16), max_tokens=Distribution("fixed", 10), num_requests=20,
                          max_in_flight=8, slo=slo)
-    levels = [summarize_level(_rate_run(r, slow), slo=slo) for r in config.rates]
+    levels = []
+    for rate in config.rates:
+        run = _rate_run(rate, slow)
+        levels.append({**summarize_level(run), "slo": level_slo(run.records, slo, window_start=run.window_start,
+                                                                window_end=run.window_end)})
     result = build_result(config, levels, command=["gennstack", "bench"], started_at=datetime(2026, 1, 1, tzinfo=timezone.utc))
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "result.json").write_text(json.dumps(result))
