@@ -20,7 +20,8 @@ DEFAULT_DURATION_S = 60.0
 # `bench demo`'s objectives against its mock server (--ttft 0.15 --itl 0.02, slowed down by its load: --slowdown)
 DEMO_SLO = "ttft_p90=400ms,itl_p90=40ms"
 DESCRIPTION = """\
-Drive an OpenAI-compatible endpoint with N concurrent streaming chat completions and report
+Drive an OpenAI-compatible endpoint with N concurrent streaming chat completions (closed loop,
+--concurrency) or requests arriving at a rate (open loop, --rate, with --slo attainment and goodput) and report
 what users feel (TTFT, inter-token latency, per-user tokens/s) and what the fleet delivers
 (aggregate tokens/s, requests/s). Writes result.json, requests.csv, report.html and
 LLMPerf-compatible files to --output-dir. Metric definitions: docs/benchmark.md.
@@ -30,6 +31,8 @@ examples:
   gennstack bench --base-url http://127.0.0.1:8080/v1 --model smollm2 --workload multi-turn --turns 6 --think-time 1
   gennstack bench --base-url http://127.0.0.1:8080/v1 --model smollm2 --workload shared-prefix --num-prefixes 8 --prefix-tokens 400 --prefix-zipf 1.1
   gennstack bench --base-url https://gateway/v1 --ca-file gennstack-ca.pem --model llama --concurrency 32,160,200
+  gennstack bench --base-url http://127.0.0.1:8080/v1 --model smollm2 --rate 0.5,1,2 --slo ttft_p90=500ms,itl_p90=50ms
+  gennstack bench --base-url https://gateway/v1 --ca-file gennstack-ca.pem --model llama --rate sweep --slo ttft_p90=1s,itl_p90=60ms --hourly-price 10.49
   gennstack bench compare gen1/result.json gen2/result.json
 """
 

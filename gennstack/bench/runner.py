@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from gennstack.bench.arrivals import schedule
 from gennstack.bench.config import BenchConfig
 from gennstack.bench.prompts import Unit, make_prompt, make_unit, system_prompt
 
@@ -404,8 +405,6 @@ async def run_rate_level(
     short), all run to the end. Request bodies of single and shared-prefix levels are built before the clock
     starts, so the dispatcher only sleeps and starts tasks.
     """
-    from gennstack.bench.arrivals import schedule
-
     rng = random.Random(f"{config.seed}:rate:{rate!r}")
     headers = _headers(config)
     workload = config.workload
