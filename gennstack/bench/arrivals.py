@@ -54,8 +54,8 @@ def schedule(rate: float, *, arrival: str = "poisson", burstiness: float = 1.0, 
     if count == 0:
         return times
     t = 0.0
-    for gap in gaps(rate, arrival=arrival, burstiness=burstiness, rng=schedule_rng(seed, rate)):
-        t += gap
+    for k, gap in enumerate(gaps(rate, arrival=arrival, burstiness=burstiness, rng=schedule_rng(seed, rate)), start=1):
+        t = k / rate if arrival == "constant" else t + gap  # k / rate: no rounding carried from one gap to the next
         if until is not None and t >= until:
             break
         times.append(t)

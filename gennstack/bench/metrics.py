@@ -172,14 +172,21 @@ def level_label(level: dict) -> str:
 
 
 def schedule_summary(run: LevelRun, tolerance_s: float) -> dict:
-    """How well an open-loop level kept its schedule, over its measured requests: lag = send time - due time."""
+    """How well an open-loop level kept its schedule, over its measured requests: lag = send time - due time.
+    ``offered_rps``: requests due per second: (measured + not sent) / window with --duration; with --num-requests,
+    (N - 1) / (last due - first due) (its window runs on to the last answer's end)."""
     measured = [r for r in run.records if not r.warmup and r.t_due is not None]
     lags = sorted(r.t_send - r.t_due for r in measured)
     late = sum(1 for v in lags if v > tolerance_s)
     window = max(run.window_end - run.window_start, 1e-9)
+    due = sorted(r.t_due for r in measured)
+    if run.mode == "duration":
+        offered = (len(measured) + run.not_sent) / window
+    else:  # --num-requests: the window runs on to the last answer's end, so measure the rate on the due times
+        offered = (len(due) - 1) / (due[-1] - due[0]) if len(due) > 1 and due[-1] > due[0] else None
     return {
         "rate_rps": run.rate,
-        "offered_rps": (len(measured) + run.not_sent) / window,
+        "offered_rps": offered,
         "due": len(measured) + run.not_sent,
         "sent": len(measured),
         "not_sent": run.not_sent,

@@ -21,8 +21,9 @@ CSV_COLUMNS = (
     "send_s", "ttft_s", "itl_s", "e2e_s", "output_tokens", "token_source", "chunks",
     "mean_chunk_gap_s", "max_chunk_gap_s", "user_output_tokens_per_s", "prompt_tokens",
     "prompt_tokens_requested", "max_tokens", "finish_reason", "error_detail",
-    "conversation", "turn", "prefix", "upstream", "due_s",
+    "conversation", "turn", "prefix", "upstream",
 )
+OPEN_LOOP_COLUMNS = ("due_s",)  # only in a file with an open-loop level, so a closed-loop run's file stays as it was
 
 
 def redact_command(argv: list[str]) -> list[str]:
@@ -67,7 +68,8 @@ def _fmt(value: float | None) -> str:
 def write_requests_csv(runs: list[LevelRun], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(CSV_COLUMNS)
+        open_loop = any(run.rate is not None for run in runs)
+        writer.writerow(CSV_COLUMNS + (OPEN_LOOP_COLUMNS if open_loop else ()))
         for run in runs:
             for r in run.records:
                 gaps = r.chunk_gaps
@@ -79,7 +81,8 @@ def write_requests_csv(runs: list[LevelRun], path: Path) -> None:
                     _fmt(r.user_tokens_per_s), r.prompt_tokens, r.prompt_tokens_requested, r.max_tokens,
                     r.finish_reason or "", r.error_detail.replace("\n", " "),
                     "" if r.conversation is None else r.conversation, "" if r.turn is None else r.turn,
-                    "" if r.prefix is None else r.prefix, r.upstream or "", _fmt(r.t_due),
+                    "" if r.prefix is None else r.prefix, r.upstream or "",
+                    *((_fmt(r.t_due),) if open_loop else ()),
                 ])
 
 

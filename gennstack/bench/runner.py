@@ -444,7 +444,7 @@ async def run_rate_level(
 
     records: list[RequestRecord] = []
     next_index = 0
-    in_flight = peak = waiting = 0
+    in_flight = peak = not_sent = 0
     closing = False
     cap = asyncio.Semaphore(config.max_in_flight)
     clock0 = time.monotonic()
@@ -465,13 +465,12 @@ async def run_rate_level(
         records.append(rec)
         return rec
 
-    async def acquire() -> None:
-        nonlocal waiting
-        waiting += 1
-        try:
-            await cap.acquire()
-        finally:
-            waiting -= 1
+    def refuse(due: float) -> bool:
+        """After the window closed nothing new goes out; one that was due inside it counts as not sent."""
+        nonlocal not_sent
+        if closing and stop_at is not None and due < stop_at:
+            not_sent += 1
+        return closing
 
     async def send(session: aiohttp.ClientSession, rec: RequestRecord, body: bytes) -> None:
         nonlocal in_flight, peak
@@ -487,8 +486,8 @@ async def run_rate_level(
 
     async def one(session: aiohttp.ClientSession, arrival: int, due: float) -> None:
         prompt_tokens, max_tokens, body, u = prepared[arrival]
-        await acquire()
-        rec = None if closing else new_record(arrival, due, prompt_tokens, max_tokens)
+        await cap.acquire()
+        rec = None if refuse(due) else new_record(arrival, due, prompt_tokens, max_tokens)
         if rec is None:
             cap.release()
             return
@@ -507,8 +506,8 @@ async def run_rate_level(
                     await asyncio.sleep(workload.think_time_s)
                 if closing:
                     return
-            await acquire()
-            rec = None if closing else new_record(arrival, due, history_tokens + turn.prompt_tokens, turn.max_tokens)
+            await cap.acquire()
+            rec = None if refuse(due) else new_record(arrival, due, history_tokens + turn.prompt_tokens, turn.max_tokens)
             if rec is None:
                 cap.release()
                 return
@@ -535,7 +534,6 @@ async def run_rate_level(
 
     timeout = aiohttp.ClientTimeout(total=None, connect=config.stall_timeout_s, sock_read=config.stall_timeout_s)
     connector = aiohttp.TCPConnector(limit=config.max_in_flight, limit_per_host=0, ssl=tls_context(config))
-    not_sent = 0
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False, trust_env=False) as session:
         dispatcher = asyncio.create_task(dispatch(session))
         if stop_at is not None:
@@ -545,7 +543,6 @@ async def run_rate_level(
             # sent, a conversation sends no further turn), and the requests in flight run to their end, so each
             # request due in the window has an outcome to hold against the SLO
             closing = True
-            not_sent = waiting
             dispatcher.cancel()
             results = await asyncio.gather(dispatcher, *tasks, return_exceptions=True)
             errors = [r for r in results if isinstance(r, BaseException) and not isinstance(r, asyncio.CancelledError)]

@@ -119,6 +119,7 @@ def test_requests_go_out_when_due_whatever_is_in_flight(mock_server) -> None:
     assert level["rate_rps"] == 20.0
     s = level["schedule"]
     assert (s["due"], s["sent"], s["not_sent"], s["max_in_flight"]) == (20, 20, 0, 256)
+    assert s["offered_rps"] == pytest.approx(20.0)  # 19 gaps of 50 ms between the first and the last due time
     assert level["requests"]["warmup"] == 0
 
 
@@ -149,6 +150,19 @@ def test_duration_level_drains_what_is_in_flight_and_excludes_warmup_by_due_time
     level = summarize_level(run)
     assert level["requests"]["incomplete"] == 0 and level["requests"]["measured"] == 10
     assert (run.window_start, run.window_end) == (0.2, 1.2)
+
+
+def test_requests_due_while_the_cap_is_full_when_the_window_closes_count_as_not_sent(mock_server) -> None:
+    """Cap 1, 20/s for 0.5 s, each request 2 s long: 9 arrivals (0.05 .. 0.45 s); the first is sent, the other 8
+    still wait for the slot when the window closes: not sent, and no record of them."""
+    server = mock_server("--ttft", "2", "--itl", "0.001")
+    config = _config(server, rates=(20.0,), arrival="constant", duration_s=0.5, max_in_flight=1,
+                     max_tokens=Distribution("fixed", 2))
+    run = asyncio.run(run_rate_level(config, 20.0))
+    s = summarize_level(run)["schedule"]
+    assert (s["due"], s["sent"], s["not_sent"], s["on_schedule"]) == (9, 1, 8, False)
+    assert len(run.records) == 1 and run.records[0].status == COMPLETED  # the one sent ran to its end
+    assert s["offered_rps"] == pytest.approx(9 / 0.5)
 
 
 def test_multi_turn_conversations_arrive_at_the_rate_and_each_turn_follows_its_think_time(mock_server) -> None:
@@ -231,7 +245,7 @@ def test_open_loop_run_writes_schedule_and_slo_and_no_llmperf_files(mock_server,
     for lvl in result["levels"]:
         assert lvl["schedule"]["sent"] == 10 and lvl["slo"]["measured"] == 10
     assert not (out / "llmperf").exists()  # LLMPerf has no open loop
-    assert "due_s" in (out / "requests.csv").read_text().splitlines()[0]
+    assert (out / "requests.csv").read_text().splitlines()[0].endswith(",upstream,due_s")
 
 
 def test_closed_loop_results_are_unchanged(mock_server, bench_parser, tmp_path) -> None:
@@ -245,6 +259,7 @@ def test_closed_loop_results_are_unchanged(mock_server, bench_parser, tmp_path) 
     level = result["levels"][0]
     assert not {"rate_rps", "schedule", "slo"} & set(level)
     assert (out / "llmperf" / "concurrency-2").is_dir()
+    assert (out / "requests.csv").read_text().splitlines()[0].endswith(",prefix,upstream")
 
 
 def test_sweep_runs_synchronous_throughput_then_rates_between_and_picks_the_rate_at_the_slo(mock_server, bench_parser,
