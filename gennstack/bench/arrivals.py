@@ -7,7 +7,7 @@ same seed, rate and arrival process give the same times on every machine. The ga
 * ``poisson``: gamma-distributed with shape ``burstiness`` and scale ``1 / (rate * burstiness)``, so its mean is
   ``1 / rate`` and its coefficient of variation ``1 / sqrt(burstiness)``. ``burstiness`` 1 (the default) is the
   exponential gap of a Poisson process; below 1 burstier, above 1 more even. This is ``vllm bench serve``'s
-  ``--burstiness`` (vllm-project/vllm ``vllm/benchmarks/serve.py`` ``get_request``:
+  ``--burstiness`` (vllm 0.29.0 ``vllm/benchmarks/serve.py`` ``get_request``:
   ``theta = 1.0 / (current_request_rate * burstiness)``; ``np.random.gamma(shape=burstiness, scale=theta)``).
 
 The first arrival is one gap after the start, as in vLLM (its first delay is drawn like the others). vLLM then

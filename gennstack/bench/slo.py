@@ -2,7 +2,7 @@
 
 ``--slo ttft_p90=500ms,itl_p90=50ms,e2e_p90=10s`` sets a threshold per metric. A measured request is *good*
 when it completed and each of its values is at or under every threshold: the per-request test of vLLM's
-``--goodput`` (vllm-project/vllm ``vllm/benchmarks/serve.py`` ``calculate_metrics``: ``is_good_req = all([s >= r
+``--goodput`` (vllm 0.29.0 ``vllm/benchmarks/serve.py`` ``calculate_metrics``: ``is_good_req = all([s >= r
 for s, r in zip(slo_values, req_metric)])`` over TTFT, TPOT and E2EL) and of DistServe's goodput (the requests
 served within both their TTFT and TPOT targets). Per level:
 
@@ -149,7 +149,7 @@ def request_rate(level: dict) -> float:
 
 
 def sweep_rates(synchronous_rps: float, saturated_rps: float, levels: int) -> list[float]:
-    """GuideLLM's sweep (vllm-project/guidellm ``src/guidellm/benchmark/profiles.py`` ``SweepProfile``: after the
+    """GuideLLM's sweep (guidellm 0.8.1 ``guidellm/benchmark/profiles/sweep.py`` ``SweepProfile.next_strategy``: after the
     synchronous and throughput runs, ``np.linspace(synchronous_rate, throughput_rate, sweep_size - 1)[1:]``):
     ``levels`` rates evenly spaced above the synchronous rate, the last one the saturated rate."""
     if levels < 1:

@@ -76,7 +76,7 @@ def test_poisson_gaps_are_exponential_with_mean_one_over_the_rate() -> None:
 
 @pytest.mark.parametrize("burstiness", [0.25, 4.0])
 def test_burstiness_is_the_gamma_shape_as_in_vllm(burstiness) -> None:
-    """vllm-project/vllm vllm/benchmarks/serve.py get_request: theta = 1 / (rate * burstiness), gaps
+    """vllm 0.29.0 vllm/benchmarks/serve.py get_request: theta = 1 / (rate * burstiness), gaps
     np.random.gamma(shape=burstiness, scale=theta): mean 1/rate whatever the burstiness, CV 1/sqrt(burstiness)."""
     rate, n = 2.0, 20000
     times = schedule(rate, burstiness=burstiness, seed=3, count=n)

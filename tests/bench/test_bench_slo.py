@@ -1,8 +1,8 @@
 """SLO attainment and goodput on hand-computed requests, the sweep's rates and its pick of the rate at the SLO.
 
-The per-request test is vLLM's --goodput (vllm-project/vllm vllm/benchmarks/serve.py calculate_metrics:
+The per-request test is vLLM's --goodput (vllm 0.29.0 vllm/benchmarks/serve.py calculate_metrics:
 ``is_good_req = all([s >= r for s, r in zip(slo_values, req_metric)])``, a one-token answer's TPOT counted as 0);
-the sweep's rates are GuideLLM's (vllm-project/guidellm src/guidellm/benchmark/profiles.py SweepProfile:
+the sweep's rates are GuideLLM's (guidellm 0.8.1 guidellm/benchmark/profiles/sweep.py SweepProfile.next_strategy:
 ``np.linspace(synchronous_rate, throughput_rate, sweep_size - 1)[1:]``).
 """
 
