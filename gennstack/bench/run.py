@@ -86,9 +86,13 @@ def execute(config: BenchConfig, *, output_dir: Path | None, command: list[str],
         except ValueError as exc:
             console.print(f"[red]sweep stopped: {exc}[/red]")
             rates = []
+        # the closed-loop runs measure requests/s; a multi-turn level's rate counts conversations, each --turns requests
+        turns = config.workload.turns
         for rate in rates:
-            run_one(rate=rate, role="rate")
+            run_one(rate=rate / turns, role="rate")
         sweep = {"synchronous_rps": synchronous, "saturated_rps": saturated, "rates": rates}
+        if turns > 1:
+            sweep["conversation_rates"] = [rate / turns for rate in rates]
     result = build_result(config, levels, command=command, started_at=started, layout=layout)
     if sweep is not None:
         result["sweep"] = {**sweep, **at_slo(result, config.slo_target)}

@@ -306,3 +306,21 @@ def test_demo_defaults_to_a_sweep_against_a_mock_that_saturates(bench_parser, tm
     assert result["settings"]["slo"] == {"ttft_p90": 0.4, "itl_p90": 0.04, "target": 0.9}
     assert [lvl.get("sweep_role") for lvl in result["levels"]] == ["synchronous", "throughput", "rate"]
     assert "sweep: synchronous" in capsys.readouterr().out
+
+
+def test_a_multi_turn_sweep_runs_its_request_rates_as_conversations_per_second(mock_server, bench_parser, tmp_path) -> None:
+    """The closed-loop runs measure requests/s; a multi-turn level's rate is conversations/s, each --turns requests,
+    so the sweep divides: 2 turns, rate levels at half the sweep's request rates."""
+    server = mock_server("--ttft", "0.02", "--itl", "0.004", "--slowdown-per-stream", "0.2")
+    out = tmp_path / "mt"
+    args = bench_parser.parse_args(["bench", "--base-url", server.base_url, "--model", "m", "--rate", "sweep",
+                                    "--sweep-levels", "2", "--max-in-flight", "4", "--num-requests", "8",
+                                    "--workload", "multi-turn", "--turns", "2", "--max-tokens", "4", "--prompt-tokens", "8",
+                                    "--slo", "e2e=1s", "--output-dir", str(out), "--no-progress"])
+    assert args.func(args) == 0
+    result = json.loads((out / "result.json").read_text())
+    sweep = result["sweep"]
+    assert [lvl["rate_rps"] for lvl in result["levels"][2:]] == pytest.approx([r / 2 for r in sweep["rates"]])
+    assert sweep["conversation_rates"] == pytest.approx([r / 2 for r in sweep["rates"]])
+    for lvl in result["levels"][2:]:
+        assert lvl["requests"]["measured"] == 8 and lvl["workload"]["conversations"] == 4
