@@ -18,6 +18,7 @@ from gennstack.config_base import frozen
 from gennstack.deploy_warnings import config_warnings
 from gennstack.gateway.config import ResumeSettings, alias_backends
 from gennstack.gateway.values import CA_CONFIGMAP, in_cluster_dns_wildcard, nlb_dns_wildcard
+from gennstack.node_config import fast_image_pull_line
 from gennstack.observability.summary import monitoring_lines
 from gennstack.serving.capacity import MODELS, Layout, plan, summary_line
 from gennstack.serving.scaling import scaling_line
@@ -135,6 +136,7 @@ def summarize_stack(name: str, template: dict[str, Any]) -> list[str]:
             f"  NodePool {pool['metadata']['name']}: {', '.join(instance_types)} "
             f"({'/'.join(requirements.get('karpenter.sh/capacity-type', []))}, weight {spec.get('weight')}; limits {limits})"
         )
+    lines.extend(node_class_lines(node_pools(template)))
 
     gateway = config.get("gateway", {})
     releases = {c["Properties"].get("Release") for c in _of_type(template, "Custom::AWSCDK-EKS-HelmChart")}
@@ -364,6 +366,19 @@ def capacity_line(gen_name: str, generation: dict[str, Any], section: dict[str, 
         layout = Layout(gen_name, int(section["tensor_parallel_size"]), seqs, length,
                         vision_tensor_parallel_size=int(section.get("vision_tensor_parallel_size", 0)))
     return summary_line(plan(layout, model))
+
+
+def node_class_lines(pools: list[dict[str, Any]]) -> list[str]:
+    """One line per EC2NodeClass the pools use: whether its nodes pull images with nodeadm's fast image pull."""
+    classes: dict[str, tuple[str | None, tuple[str, ...]]] = {}
+    for pool in pools:
+        template = pool["spec"]["template"]
+        requirements = {r["key"]: r.get("values", []) for r in template["spec"]["requirements"]}
+        classes.setdefault(template["spec"]["nodeClassRef"]["name"], (
+            template["metadata"]["labels"].get("gennstack.io/generation"),
+            tuple(requirements.get("node.kubernetes.io/instance-type", ())),
+        ))
+    return [fast_image_pull_line(name, generation, types) for name, (generation, types) in classes.items()]
 
 
 def node_pools(template: dict[str, Any]) -> list[dict[str, Any]]:

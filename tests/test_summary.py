@@ -155,3 +155,14 @@ def test_resume_lines_name_each_generation_on_and_why_the_others_are_off() -> No
         "    stream resume: 2 relays between the public and the routing Gateway; on for g6e",
         "    stream resume off for inf2: gateway.resume.generations.inf2 is false"]
     assert resume_lines({"resume": {"enabled": False}}, ["g6e"]) == ["    stream resume: off (gateway.resume.enabled is false)"]
+
+
+def test_summary_says_where_fast_image_pull_is_on(synth: Synth) -> None:
+    """One line per EC2NodeClass (gennstack.node_config): on for the accelerator classes, off with the reason for
+    the general one."""
+    lines = summarize(synth.outdir).splitlines()
+    assert ("  EC2NodeClass gen1-inf2: fast image pull on (nodeadm FastImagePull, SOCI parallel pull; "
+            "layers on root volume (1000 MiB/s))") in lines
+    assert ("  EC2NodeClass gen3-g6e: fast image pull on (nodeadm FastImagePull, SOCI parallel pull; "
+            "layers on instance store (RAID0))") in lines
+    assert any(line.startswith("  EC2NodeClass general: fast image pull off (general pool:") for line in lines)

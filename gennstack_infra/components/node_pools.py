@@ -11,10 +11,10 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 
 from constructs import Construct
-from gennstack import versions
 from gennstack.config import GenerationConfig, GenNStackConfig
 from gennstack.generations import ON_DEMAND_WEIGHT, RESERVED_WEIGHT, SPOT_WEIGHT
 from gennstack.instances import INSTANCE_TYPES, NEURON, NVIDIA_GPU, ROOT_VOLUMES, pool_limits
+from gennstack.node_config import ami_alias, user_data, uses_instance_store
 
 # NodePool names by generation; the interruption handler and the serving charts refer to them.
 POOL_NAMES = {"inf2": "gen1-inf2", "trn2": "gen2-trn2", "g6e": "gen3-g6e"}
@@ -38,15 +38,6 @@ RESERVED_SUFFIX = "-reserved"
 # ON_DEMAND_WEIGHT, RESERVED_WEIGHT, SPOT_WEIGHT: imported above.
 
 
-def ami_alias(instance_types: tuple[str, ...]) -> str:
-    """The AMI release of a node class: Neuron instance types get ``NEURON_AMI_ALIAS``, the release
-    whose Neuron driver accepts the image's Neuron runtime (gennstack/versions.py); the general and
-    GPU classes ``AL2023_AMI_ALIAS``."""
-    if instance_types and all(INSTANCE_TYPES[t].accelerator_resource == NEURON for t in instance_types):
-        return versions.NEURON_AMI_ALIAS
-    return versions.AL2023_AMI_ALIAS
-
-
 def node_class(
     *, name: str, generation: str | None, instance_types: tuple[str, ...], cluster_name: str, node_role: str,
     security_group_id: str, tags: dict[str, str], capacity_reservation_ids: tuple[str, ...] = (),
@@ -55,11 +46,11 @@ def node_class(
 
     With the ``al2023`` alias Karpenter picks the NVIDIA or Neuron AMI variant for accelerated
     instance types by itself. ``instanceStorePolicy: RAID0`` turns local NVMe (trn2, g6e) into the
-    node's ephemeral storage, where images and model copies go.
+    node's ephemeral storage, where images and model copies go. ``userData`` is nodeadm's NodeConfig
+    with fast image pull where the class's nodes can use it (:func:`gennstack.node_config.user_data`).
     """
     gib, iops, mbps = ROOT_VOLUMES[generation or "general"]  # gennstack/instances.py
     volume = {"volumeSize": f"{gib}Gi", "iops": iops, "throughput": mbps}
-    has_nvme = bool(instance_types) and all(INSTANCE_TYPES[t].nvme_gb > 0 for t in instance_types)
     discovery = {"karpenter.sh/discovery": cluster_name}
     spec: dict[str, Any] = {
         "role": node_role,
@@ -82,8 +73,11 @@ def node_class(
         ],
         "tags": {**tags, "gennstack.io/node-class": name},
     }
-    if has_nvme:
+    if uses_instance_store(instance_types):
         spec["instanceStorePolicy"] = "RAID0"
+    node_user_data = user_data(generation, instance_types)
+    if node_user_data is not None:
+        spec["userData"] = node_user_data
     if capacity_reservation_ids:
         # On-Demand Capacity Reservations and Capacity Blocks by ID; Karpenter 1.14's
         # reservedCapacity feature gate is on by default and offers them as capacity type "reserved".
