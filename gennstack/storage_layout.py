@@ -12,11 +12,11 @@ Compile-cache bucket (Neuron models only)::
 A compiled Neuron artifact is valid only for the SDK version, model weights and parallelism it
 was compiled for, so all of them are part of its key; a new SDK or layout never reads a stale one.
 
-What a server copies to its node: inf2 the whole model revision and its artifacts. trn2 compiles
-with ``save_sharded_checkpoint`` (layout ``-sharded``), so its artifacts hold per-rank weights
-(``text_model/weights/tp<rank>_sharded_checkpoint.safetensors`` and ``vision_model/weights/...``)
-and its server copies from the model revision only what is not :data:`PRESHARDED_SERVER_SKIPS`:
-config, tokenizer and processor files. Its compile Job still copies everything.
+What a server copies to its node: inf2 and trn2 compile with ``save_sharded_checkpoint`` (layout
+``-sharded``), so their artifacts hold per-rank weights (inf2: ``weights/tp<rank>_sharded_checkpoint.safetensors``;
+trn2: ``text_model/weights/...`` and ``vision_model/weights/...``) and their servers copy from the
+model revision only what is not :data:`PRESHARDED_SERVER_SKIPS`: config, tokenizer and processor
+files. Their compile Jobs still copy everything. Without the setting a server copies the whole revision.
 """
 
 from __future__ import annotations

@@ -192,6 +192,14 @@ class Inf2Serving(_ModelServer):
     tensor_parallel_size: Annotated[int, Field(ge=1, le=INF2_NEURON_CORES)] = 24
     """Tensor parallelism over the node's NeuronCores; gennstack.serving.capacity checks it fits and how many sequences
     do."""
+    # Shard the checkpoint once, in the compile Job, into the compiled artifacts (24 per-rank
+    # safetensors, about the weights' size again), so a serving pod loads its shards instead of
+    # sharding ~141 GB on the CPU at every start. NxD Inference 2.28.0 (cd3abf3,
+    # models/application_base.py compile/shard_weights/load_weights) does this for any
+    # NeuronApplicationBase, Llama included, with no hardware condition.
+    save_sharded_checkpoint: bool = True
+    """Shard the checkpoint once in the compile Job (24 per-rank safetensors beside the artifacts), so a serving pod
+    loads its shards instead of sharding ~141 GB on the CPU at every start."""
     # Neuron release of `image` when its tag names none (`-sdk<x.y.z>-`); unset: the tag's, else
     # the support matrix's (gennstack/serving/support.py). It keys the compiled artifacts.
     neuron_release: NeuronRelease | None = None

@@ -69,7 +69,7 @@ def compile_layout(generation: str, serving: ServingConfig) -> str:
     that the compiled graphs depend on (parallel degrees, batch size, sequence length)."""
     if generation == "inf2":
         section: Inf2Serving | Trn2Serving = serving.inf2
-        parallel = f"tp{section.tensor_parallel_size}"
+        parallel = f"tp{section.tensor_parallel_size}{'-sharded' if section.save_sharded_checkpoint else ''}"
     elif generation == "trn2":
         section = serving.trn2
         parallel = (f"tp{section.tensor_parallel_size}-cp{section.context_parallel_size}"
@@ -197,6 +197,7 @@ def _chips(generation: GenerationConfig) -> int:
 def _inf2(section: Inf2Serving, generation: GenerationConfig) -> dict[str, Any]:
     return {
         "tensorParallelSize": section.tensor_parallel_size,
+        "saveShardedCheckpoint": section.save_sharded_checkpoint,
         "neuronChips": _chips(generation),
     }
 

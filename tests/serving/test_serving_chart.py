@@ -477,8 +477,8 @@ def test_chart_keys_match_storage_layout_for_custom_values() -> None:
     spec = serving_pod(named(helm.render(CHART, values)), "inf2")
     sync = next(c for c in spec["initContainers"] if c["name"] == "sync-from-s3")
     assert env(sync)["COMPILE_PREFIX"] == compile_cache_prefix(neuron_sdk="2.99.0", model_id="acme/llm-70b", revision="r1",
-                                                               parallelism="tp24-seqs8-len8192")
-    assert env(server_container(spec))["NEURON_COMPILED_ARTIFACTS"] == "/cache/compiled/neuron-2.99.0/acme/llm-70b/r1/tp24-seqs8-len8192"
+                                                               parallelism="tp24-sharded-seqs8-len8192")
+    assert env(server_container(spec))["NEURON_COMPILED_ARTIFACTS"] == "/cache/compiled/neuron-2.99.0/acme/llm-70b/r1/tp24-sharded-seqs8-len8192"
 
 
 def test_vllm_services_are_headless_so_the_gateway_sees_each_replica(rendered_all) -> None:

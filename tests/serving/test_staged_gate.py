@@ -463,7 +463,7 @@ def test_notes_name_the_generations_that_wait_for_staging() -> None:
     notes = proc.stdout[proc.stdout.index("NOTES:"):]
     assert "gen1-inf2: waiting for staging. Its servers and warm spares are scheduling-gated (no inf2 node)" in notes
     assert ("until ConfigMap gen1-inf2-staged records meta-llama/Meta-Llama-3-70B-Instruct/main/ and "
-            "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-seqs20-len8192/,") in notes
+            "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-sharded-seqs20-len8192/,") in notes
     assert ("until ConfigMap gen3-g6e-staged records openai/gpt-oss-20b/main/,\n    which the stage Job (staging.enabled) writes; "
             "the stage Job then opens the gate itself (no upgrade needed).") in notes
     assert "which the stage and compile Jobs (staging.enabled) write; the compile Job then opens the gate itself" in notes
@@ -551,7 +551,7 @@ def test_the_chart_tells_the_jobs_what_each_auto_gate_closes_and_lets_them_chang
     keys = {pool: sorted(g["requires"].values()) for pool, g in files.items()}
     assert keys["gen3-g6e"] == ["openai/gpt-oss-20b/main/"] and keys["gen3-g6e-multinode"] == [SCOUT_PREFIX]
     assert keys["gen1-inf2"] == ["meta-llama/Meta-Llama-3-70B-Instruct/main/",
-                                 "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-seqs20-len8192/"]
+                                 "neuron-2.28.0/meta-llama/Meta-Llama-3-70B-Instruct/main/tp24-sharded-seqs20-len8192/"]
     for pool, gate in files.items():
         assert all(gate["requires"][k] == p and k == key(k.split("-")[0], p) for k, p in gate["requires"].items()), pool
     roles = {o["metadata"].get("namespace", NAMESPACE): o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == GATES_ROLE}

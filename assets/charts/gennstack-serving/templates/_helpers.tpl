@@ -31,7 +31,7 @@ count: {{ ternary $v.neuronChips $v.gpusPerReplica $f.neuron }}
 image: {{ default $f.image $v.image }}
 modelPrefix: {{ printf "%s/%s/" $v.modelId $v.revision }}
 {{- if $f.neuron }}
-{{- $layout := printf "tp%d-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
+{{- $layout := printf "tp%d%s-seqs%d-len%d" (int $v.tensorParallelSize) (ternary "-sharded" "" $v.saveShardedCheckpoint) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
 {{- if eq .name "trn2" }}
 {{- $layout = printf "tp%d-cp%d-vtp%d%s-seqs%d-len%d" (int $v.tensorParallelSize) (int $v.contextParallelSize) (int $v.visionTensorParallelSize) (ternary "-sharded" "" $v.saveShardedCheckpoint) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
 {{- end }}
@@ -214,6 +214,13 @@ vision_neuron_config here and lays each over the defaults built from the vLLM fl
 {{- $vision := dict "tp_degree" $vtp "world_size" $tp "batch_size" 1 "buckets" (list 8 28 88) "save_sharded_checkpoint" $v.saveShardedCheckpoint }}
 {{- $override := dict "override_neuron_config" (dict "text_neuron_config" $text "vision_neuron_config" $vision) }}
 {{- $args = concat $args (list "--additional-config" (toJson $override)) }}
+{{- else if $v.saveShardedCheckpoint }}
+{{- /* Llama 3 loads through vllm-neuron's NeuronCausalLM (vllm-project/vllm-neuron a5ef7c8
+get_neuron_model): the override is laid over its default neuron config, and NxD Inference 2.28.0
+(cd3abf3 models/application_base.py) compile() then shards the checkpoint into
+<compiled>/weights/tp<rank>_sharded_checkpoint.safetensors, which load_weights reads instead of the
+model's safetensors. */}}
+{{- $args = concat $args (list "--additional-config" (toJson (dict "override_neuron_config" (dict "save_sharded_checkpoint" true)))) }}
 {{- end }}
 {{- else }}
 {{- $s3 := printf "s3://%s/%s" (include "gennstack-serving.modelsBucket" .root) .gen.modelPrefix }}
