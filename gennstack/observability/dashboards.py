@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gennstack.observability import names
-from gennstack.observability.rules import BATCH_SLOTS_RECORD, CONTIGUOUS_KV, PRICE_RECORD
+from gennstack.observability.rules import BATCH_SLOTS_RECORD, CONTIGUOUS_KV, PRICE_RECORD, START_PHASE_RECORD
 from gennstack.observability.values import YACE_DELAY_SECONDS, YACE_REFRESH_SECONDS
 from gennstack.serving.config import Inf2Serving
 
@@ -90,6 +90,15 @@ def _serving_pods(pool: str) -> str:
 def _nodes(generation: str) -> list[Query]:
     return [(f'count by (label_karpenter_sh_capacity_type) (kube_node_labels{{label_gennstack_io_generation="{generation}"}})',
              "{{label_karpenter_sh_capacity_type}} nodes")]
+
+
+def _start_phases_panel(pool: str) -> dict[str, Any]:
+    """Each serving pod's start (rules.START_PHASE_RECORD): when it was scheduled, initialized and Ready."""
+    return _panel("Serving pod start by phase (s after the pod was created)", "s", [
+        (f'max by (pod, phase) ({START_PHASE_RECORD}{{label_app_kubernetes_io_name="{pool}"}})', "{{pod}} {{phase}}"),
+    ], description="From the pod's conditions (kube-state-metrics): scheduled (a node bound, its launch included), "
+                   "initialized (image pulled and init containers done: on Neuron the weights and artifacts synced), "
+                   "ready (the server answered /health with the model loaded).")
 
 
 def _replicas(pool: str) -> list[Query]:
@@ -184,6 +193,7 @@ def vllm_dashboard(generation: str, pool: str, accelerator: list[dict[str, Any]]
         _panel("Replicas", "none", _replicas(pool)),
         _panel("Nodes, spot vs on-demand", "none", _nodes(generation)),
         *accelerator,
+        _start_phases_panel(pool),
     ]
     return _dashboard(f"gennstack-{pool}", f"GenNStack / {pool}", panels)
 
@@ -305,6 +315,7 @@ def gen1_dashboard() -> dict[str, Any]:
         _panel("Replicas", "none", _replicas(pool)),
         _panel("Nodes, spot vs on-demand", "none", _nodes("inf2")),
         *_neuron_panels("inf2"),
+        _start_phases_panel(pool),
     ]
     return _dashboard("gennstack-gen1-inf2", "GenNStack / gen1-inf2", panels, variables=variables)
 

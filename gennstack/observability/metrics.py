@@ -119,6 +119,12 @@ METRICS: dict[str, str] = {
     "kube_pod_status_phase": _KSM,
     "kube_pod_status_reason": _KSM,
     "kube_pod_labels": _KSM,
+    # A pod's start (rules.START_PHASES): metadata.creationTimestamp and the PodScheduled, Initialized and
+    # Ready conditions' lastTransitionTime (internal/store/pod.go; the last two EXPERIMENTAL, not opt-in).
+    "kube_pod_created": _KSM,
+    "kube_pod_status_scheduled_time": _KSM,
+    "kube_pod_status_initialized_time": _KSM,
+    "kube_pod_status_ready_time": _KSM,
     # Its `node` label: the node a pod runs on (the GPU panels keep the nodes of their pool's pods).
     "kube_pod_info": _KSM,
     "kube_pod_container_resource_requests": _KSM,
@@ -153,7 +159,7 @@ METRICS: dict[str, str] = {
     "yace_cloudwatch_request_errors": _YACE_SELF,
 }
 # Series GenNStack's own recording rules write (gennstack.observability.rules).
-RECORDED = {"gennstack:node_hourly_price_usd", "gennstack:vllm_max_num_seqs"}
+RECORDED = {"gennstack:node_hourly_price_usd", "gennstack:vllm_max_num_seqs", "gennstack:serving_pod_start_phase_seconds"}
 
 
 

@@ -87,6 +87,30 @@ def kv_cache_use_expr(comparison: str = "") -> str:
             f" / on ({label}) group_left () max by ({label}) ({BATCH_SLOTS_RECORD}){comparison}")
 
 
+# The serving pods' start, phase by phase, as the control plane and the kubelet record it in the pod's
+# status: kube-state-metrics v2.19.1 (kube-prometheus-stack 88.3.0's) exports each condition's
+# lastTransitionTime as Unix seconds (internal/store/pod.go: kube_pod_status_scheduled_time from
+# PodScheduled, kube_pod_status_initialized_time from Initialized, kube_pod_status_ready_time from
+# Ready, each only while the condition is True; kube_pod_created from metadata.creationTimestamp). On
+# these pods Initialized means every init container finished: the image pulled and, on Neuron, the
+# weights and compiled artifacts synced (sync-from-s3); Ready means the server answered /health with
+# the model loaded. The record is each phase's seconds after the pod was created, per pod.
+START_PHASE_RECORD = "gennstack:serving_pod_start_phase_seconds"
+START_PHASES = (("scheduled", "kube_pod_status_scheduled_time"), ("initialized", "kube_pod_status_initialized_time"),
+                ("ready", "kube_pod_status_ready_time"))
+
+
+def start_phase_rules(serving_namespace: str) -> list[dict[str, Any]]:
+    """``START_PHASE_RECORD`` for each phase of ``START_PHASES``, for the serving namespace's server pods
+    (labelled with their pool, ``label_app_kubernetes_io_name``, from kube_pod_labels)."""
+    ns = f'namespace="{serving_namespace}"'
+    return [{"record": START_PHASE_RECORD, "labels": {"phase": phase},
+             "expr": (f"({metric}{{{ns}}} - on (namespace, pod, uid) kube_pod_created{{{ns}}})"
+                      " * on (namespace, pod) group_left (label_app_kubernetes_io_name) "
+                      f'kube_pod_labels{{{ns}, label_app_kubernetes_io_component="server"}}')}
+            for phase, metric in START_PHASES]
+
+
 def batch_slot_rules(generations: list[str], max_num_seqs: Mapping[str, int]) -> list[dict[str, Any]]:
     """``BATCH_SLOTS_RECORD`` for each enabled Neuron generation: its ``max_num_seqs`` (serving config)."""
     return [{"record": BATCH_SLOTS_RECORD, "expr": f"vector({max_num_seqs[g]})",
@@ -300,6 +324,8 @@ def rule_groups(config: MonitoringConfig, *, generations: list[str], serving_nam
     if slots:
         # Every minute, as the prices: constants the alert and the gen2-trn2 dashboard divide by.
         groups.append({"name": "gennstack.batch", "interval": "1m", "rules": slots})
+    # Every minute: a start lasts minutes, and the panel reads the last value of each pod's phases.
+    groups.append({"name": "gennstack.start", "interval": "1m", "rules": start_phase_rules(serving_namespace)})
     prices = price_rules(config)
     if prices:
         # Evaluated every minute: an interval as long as the 5-minute lookback would leave the

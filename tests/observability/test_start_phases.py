@@ -1,0 +1,92 @@
+"""Each serving pod's start by phase, from its conditions as kube-state-metrics v2.19.1 exports them, run by the
+real `promtool test rules` and read back through each generation's dashboard panel.
+
+kube-state-metrics v2.19.1 internal/store/pod.go: kube_pod_status_scheduled_time, kube_pod_status_initialized_time
+and kube_pod_status_ready_time are the PodScheduled / Initialized / Ready conditions' lastTransitionTime (Unix s),
+emitted only while the condition is True; kube_pod_created is metadata.creationTimestamp. Labels namespace, pod, uid.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gennstack.observability.config import MonitoringConfig
+from gennstack.observability.dashboards import dashboards
+from gennstack.observability.rules import START_PHASE_RECORD, rule_groups
+from tests.observability import promtool
+
+NS = "gennstack-serving"
+CREATED = 1_800_000_000
+
+
+def _pod(pod: str, pool: str, component: str, *, scheduled: int, initialized: int | None, ready: int | None,
+         namespace: str = NS) -> list[dict[str, str]]:
+    ident = f'namespace="{namespace}", pod="{pod}", uid="u-{pod}"'
+    series = [
+        {"series": f"kube_pod_created{{{ident}}}", "values": f"{CREATED}x30"},
+        {"series": f"kube_pod_status_scheduled_time{{{ident}}}", "values": f"{CREATED + scheduled}x30"},
+        {"series": f'kube_pod_labels{{{ident}, label_app_kubernetes_io_name="{pool}", '
+                   f'label_app_kubernetes_io_component="{component}"}}', "values": "1x30"},
+    ]
+    if initialized is not None:
+        series.append({"series": f"kube_pod_status_initialized_time{{{ident}}}", "values": f"{CREATED + initialized}x30"})
+    if ready is not None:
+        series.append({"series": f"kube_pod_status_ready_time{{{ident}}}", "values": f"{CREATED + ready}x30"})
+    return series
+
+
+def _record(pod: str, pool: str, phase: str, value: int) -> dict:
+    return {"labels": f'{START_PHASE_RECORD}{{label_app_kubernetes_io_name="{pool}", namespace="{NS}", '
+                      f'phase="{phase}", pod="{pod}", uid="u-{pod}"}}', "value": value}
+
+
+def _promtool(tmp_path: Path, series: list[dict], tests: list[dict]) -> None:
+    groups = [g for g in rule_groups(MonitoringConfig(), generations=["inf2", "trn2", "g6e"], serving_namespace=NS,
+                                     max_num_seqs={"inf2": 20, "trn2": 16, "g6e": 64}) if g["name"] == "gennstack.start"]
+    assert groups, "no gennstack.start rule group"
+    promtool.write_rules(tmp_path, groups)
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({
+        "rule_files": ["rules.yaml"], "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, **t} for t in tests],
+    }, sort_keys=False), encoding="utf-8")
+    result = promtool.run("test", "rules", "tests.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_each_phase_is_seconds_after_the_pod_was_created(tmp_path: Path) -> None:
+    """A started g6e server, a trn2 server still syncing its weights, a staging Job's pod (not a server) and a
+    server of another namespace: only the servers here are recorded, and a phase not reached yet has no series."""
+    series = [
+        *_pod("gen3-g6e-a", "gen3-g6e", "server", scheduled=95, initialized=160, ready=290),
+        *_pod("gen2-trn2-a", "gen2-trn2", "server", scheduled=240, initialized=None, ready=None),
+        *_pod("gen3-g6e-stage-x", "gen3-g6e", "stage", scheduled=5, initialized=9, ready=20),
+        *_pod("gen3-g6e-b", "gen3-g6e", "server", scheduled=1, initialized=2, ready=3, namespace="other"),
+    ]
+    _promtool(tmp_path, series, [{"promql_expr_test": [
+        {"expr": START_PHASE_RECORD, "eval_time": "5m", "exp_samples": [
+            _record("gen3-g6e-a", "gen3-g6e", "scheduled", 95),
+            _record("gen3-g6e-a", "gen3-g6e", "initialized", 160),
+            _record("gen3-g6e-a", "gen3-g6e", "ready", 290),
+            _record("gen2-trn2-a", "gen2-trn2", "scheduled", 240),
+        ]},
+    ]}])
+
+
+@pytest.mark.parametrize(("file", "pool"), [("gennstack-gen1-inf2.json", "gen1-inf2"),
+                                            ("gennstack-gen2-trn2.json", "gen2-trn2"),
+                                            ("gennstack-gen3-g6e.json", "gen3-g6e")])
+def test_every_generation_dashboard_shows_its_pods_start(tmp_path: Path, file: str, pool: str) -> None:
+    """The panel's own query, evaluated on the recorded series: one line per pod and phase of this pool only."""
+    panel = next(p for p in dashboards()[file]["panels"] if p["title"].startswith("Serving pod start by phase"))
+    (target,) = panel["targets"]
+    series = [*_pod(f"{pool}-a", pool, "server", scheduled=60, initialized=120, ready=400),
+              *_pod("other-a", "gen9-other", "server", scheduled=1, initialized=2, ready=3)]
+    _promtool(tmp_path, series, [{"promql_expr_test": [
+        {"expr": target["expr"], "eval_time": "5m", "exp_samples": [
+            {"labels": f'{{phase="{phase}", pod="{pool}-a"}}', "value": value}
+            for phase, value in (("scheduled", 60), ("initialized", 120), ("ready", 400))
+        ]},
+    ]}])
