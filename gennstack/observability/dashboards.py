@@ -92,13 +92,20 @@ def _nodes(generation: str) -> list[Query]:
              "{{label_karpenter_sh_capacity_type}} nodes")]
 
 
-def _start_phases_panel(pool: str) -> dict[str, Any]:
+# What a serving pod's Ready condition means: its readiness probe. vLLM's /health on the Deployments
+# (templates/vllm-servers.yaml, _multinode.tpl); on gen1-inf2's Ray workers the pod's Ray Serve proxy
+# (/-/healthz, templates/inf2-rayservice.yaml), which answers before the pod's vLLM replica has loaded.
+READY_MEANS = "ready (the server answered /health: the model loaded)"
+GEN1_READY_MEANS = "ready (the pod's Ray Serve proxy answers; its vLLM replica may still be loading)"
+
+
+def _start_phases_panel(pool: str, ready_means: str = READY_MEANS) -> dict[str, Any]:
     """Each serving pod's start (rules.START_PHASE_RECORD): when it was scheduled, initialized and Ready."""
     return _panel("Serving pod start by phase (s after the pod was created)", "s", [
         (f'max by (pod, phase) ({START_PHASE_RECORD}{{label_app_kubernetes_io_name="{pool}"}})', "{{pod}} {{phase}}"),
     ], description="From the pod's conditions (kube-state-metrics): scheduled (a node bound, its launch included), "
                    "initialized (image pulled and init containers done: on Neuron the weights and artifacts synced), "
-                   "ready (the server answered /health with the model loaded).")
+                   f"{ready_means}.")
 
 
 def _replicas(pool: str) -> list[Query]:
@@ -315,7 +322,7 @@ def gen1_dashboard() -> dict[str, Any]:
         _panel("Replicas", "none", _replicas(pool)),
         _panel("Nodes, spot vs on-demand", "none", _nodes("inf2")),
         *_neuron_panels("inf2"),
-        _start_phases_panel(pool),
+        _start_phases_panel(pool, GEN1_READY_MEANS),
     ]
     return _dashboard("gennstack-gen1-inf2", "GenNStack / gen1-inf2", panels, variables=variables)
 

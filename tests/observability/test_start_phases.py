@@ -90,3 +90,18 @@ def test_every_generation_dashboard_shows_its_pods_start(tmp_path: Path, file: s
             for phase, value in (("scheduled", 60), ("initialized", 120), ("ready", 400))
         ]},
     ]}])
+
+
+def test_gen1_panel_says_its_ready_is_the_ray_serve_proxy() -> None:
+    """gen1-inf2's worker pods are Ready on the Ray Serve proxy's /-/healthz (templates/inf2-rayservice.yaml
+    readinessProbe), not on vLLM's /health: the panel must not read Ready as "model loaded" there."""
+    def description(file: str) -> str:
+        return next(p["description"] for p in dashboards()[file]["panels"] if p["title"].startswith("Serving pod start"))
+    from tests import helm
+    from tests.serving.conftest import CHART, REQUIRED, merged, only
+    from tests.serving.test_serving_chart import named, serving_pod
+
+    worker = serving_pod(named(helm.render(CHART, merged(REQUIRED, only("inf2")))), "inf2")["containers"][0]
+    assert worker["readinessProbe"]["httpGet"]["path"] == "/-/healthz"
+    assert "Ray Serve proxy" in description("gennstack-gen1-inf2.json")
+    assert "the model loaded" in description("gennstack-gen3-g6e.json")
