@@ -450,8 +450,8 @@ class ResumeSettings(StrictModel):
     max_replay_tokens: Annotated[int, Field(ge=1, le=10_000_000)] = 32768
     """The longest replay: prompt IDs plus generated IDs a continuation may send."""
     upstream_idle_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 30
-    """An upstream stream silent this long counts as broken (below resilience.stream_idle_timeout_s, which would
-    reset it later anyway)."""
+    """An upstream stream silent this long between chunks counts as broken (before its first chunk only the relay's
+    deadline bounds it); below resilience.stream_idle_timeout_s, which would reset it later anyway."""
 
     @field_validator("generations")
     @classmethod

@@ -43,7 +43,7 @@ class ResumeConfig(StrictModel):
     max_replay_tokens: int = Field(default=32768, ge=1)
     # a client request is not resumed once this many seconds have passed since it arrived
     deadline_s: float = Field(default=900.0, gt=0)
-    # an upstream stream silent this long counts as broken
+    # an upstream stream silent this long between chunks counts as broken (before its first chunk: deadline_s)
     upstream_idle_timeout_s: float = Field(default=30.0, gt=0)
 
     def model(self, name: str) -> ModelResume | None:

@@ -317,12 +317,22 @@ class Relay:
         headers = self._request_headers(request.headers)
         headers["content-type"] = "application/json"
         assert self._session is not None
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.config.upstream_idle_timeout_s)
-        try:
-            upstream = await self._session.post(self.upstream + request.path, data=json.dumps(upstream_body).encode(),
-                                                headers=headers, timeout=timeout)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-            return _error_response(502, f"upstream unreachable: {exc}")
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)  # reads: bounded by _read_bound
+        # A pooled connection the routing proxy closed (draining, idle close) fails the write, and aiohttp 3.14.5
+        # retries a reused connection only for idempotent methods (client.py IDEMPOTENT_METHODS, no POST): so the
+        # relay tries again itself, on a new connection, before any byte of an answer came (nothing to lose).
+        upstream = None
+        for tried in range(self.config.max_attempts + 1):
+            try:
+                upstream = await self._session.post(self.upstream + request.path, data=json.dumps(upstream_body).encode(),
+                                                    headers=headers, timeout=timeout)
+                break
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                error = exc
+                if tried < self.config.max_attempts:
+                    await asyncio.sleep(min(1.0, 0.1 * 2 ** tried))
+        if upstream is None:
+            return _error_response(502, f"upstream unreachable ({self.config.max_attempts + 1} tries): {error}")
         if upstream.status != 200 or not upstream.headers.get("content-type", "").startswith("text/event-stream"):
             # nothing was generated: the routing Envoy already retried; the client gets its answer as is
             async with upstream:
@@ -435,7 +445,11 @@ class Relay:
         ended = False
         buffer = b""
         try:
-            async for piece in upstream.content.iter_any():
+            while True:
+                async with asyncio.timeout(self._read_bound(state, waiting_first=first)):
+                    piece = await upstream.content.readany()
+                if not piece:
+                    break
                 buffer += piece
                 if b"\n\n" not in buffer:
                     if b"\r\n\r\n" not in buffer:
@@ -472,10 +486,20 @@ class Relay:
                     break
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
             raise Break(f"connection lost: {type(exc).__name__}") from None
-        except asyncio.TimeoutError:
-            raise Break(f"no byte for {self.config.upstream_idle_timeout_s} s") from None
+        except TimeoutError:
+            raise Break("no first chunk before the deadline" if first else
+                        f"no byte for {self.config.upstream_idle_timeout_s} s") from None
         if not ended and state.finish_reason is None:
             raise Break("the stream ended without finish_reason")
+
+    def _read_bound(self, state: Stream, *, waiting_first: bool) -> float:
+        """How long the next upstream read may wait. Before an answer's first chunk the server is queueing or
+        prefilling (a continuation prefills the whole replay): only the request's deadline bounds it, and the
+        routing Envoy's own stream idle timeout, which resets a silent try; between chunks,
+        upstream_idle_timeout_s (a server that stopped mid-answer)."""
+        if waiting_first:
+            return max(1.0, self.config.deadline_s - (time.monotonic() - state.started))
+        return float(self.config.upstream_idle_timeout_s)
 
     def _first_chunk(self, state: Stream, data: bytes) -> None:
         try:
@@ -573,7 +597,7 @@ class Relay:
         last = "no_replica"
         while True:
             await self._spend_attempt(state, str(state.body.get("model")), last)
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.config.upstream_idle_timeout_s)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)  # reads: bounded by _read_bound
             assert self._session is not None
             try:
                 upstream = await self._session.post(self.upstream + state.path, data=json.dumps(state.upstream_body).encode(),
@@ -608,7 +632,7 @@ class Relay:
             self.metrics.replayed.labels(model).inc(len(body["prompt"]))
             send = {**headers, RESUME_HEADER: CONTINUATION, "content-type": "application/json"}
             assert self._session is not None
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self.config.upstream_idle_timeout_s)
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)  # reads: bounded by _read_bound
             try:
                 upstream = await self._session.post(self.upstream + "/v1/completions", data=json.dumps(body).encode(),
                                                     headers=send, timeout=timeout)
@@ -637,8 +661,14 @@ class Relay:
 
     async def _relay_continuation(self, upstream: aiohttp.ClientResponse, state: Stream, write) -> None:
         ended = False
+        first = True
         try:
-            async for line in upstream.content:
+            while True:
+                async with asyncio.timeout(self._read_bound(state, waiting_first=first)):
+                    line = await upstream.content.readline()
+                if not line:
+                    break
+                first = False
                 if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
@@ -655,8 +685,9 @@ class Relay:
                     await self._emit(state, ids, text, finish, choice.get("stop_reason"), write)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError) as exc:
             raise Break(f"connection lost: {type(exc).__name__}") from None
-        except asyncio.TimeoutError:
-            raise Break(f"no byte for {self.config.upstream_idle_timeout_s} s") from None
+        except TimeoutError:
+            raise Break("no first chunk before the deadline" if first else
+                        f"no byte for {self.config.upstream_idle_timeout_s} s") from None
         if not ended and state.finish_reason is None:
             raise Break("the continuation ended without finish_reason")
 

@@ -254,3 +254,105 @@ def test_upstream_request_asks_for_token_ids_and_drops_x_envoy_headers() -> None
     assert body == {"model": "m", "messages": MESSAGES, "temperature": 0.5, "stream": True, "return_token_ids": True,
                     "stream_options": {"include_usage": True}}
     assert headers["x-gennstack-client"] == "alice" and "x-envoy-max-retries" not in headers
+
+
+def _sse_answer(text: str = "hi") -> bytes:
+    """One whole vLLM-shaped streamed chat answer (vllm 0.29.0 chat_completion/protocol.py fields): the first chunk
+    with the role, its token IDs and the prompt's, the finish, the usage chunk, [DONE]."""
+    first = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "mock-model",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": text}, "token_ids": [5],
+                          "finish_reason": "stop"}], "prompt_token_ids": [1, 2]}
+    usage = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "mock-model",
+             "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}}
+    return b"".join(b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in (first, usage)) + \
+        b"data: [DONE]\n\n"
+
+
+async def _relay_in_front_of(port: int, config: ResumeConfig):
+    relay = Relay(config, f"http://127.0.0.1:{port}")
+    runner = web.AppRunner(relay.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return relay, runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+
+
+def test_a_first_chunk_later_than_the_idle_bound_is_waited_for_not_cut() -> None:
+    """A server queueing or prefilling sends its headers at once and its first chunk only after its first token
+    (vLLM's chat stream generator writes the role chunk inside its loop over the engine's outputs): the relay waits
+    for it (the request's deadline bounds it), and applies upstream_idle_timeout_s only between chunks. Before: the
+    read timed out at 0.3 s, the request was sent again 3 times and the client got resume_failed."""
+    requests: list[int] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        requests.append(1)
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await asyncio.sleep(1.2)  # four times the idle bound below
+        await response.write(_sse_answer())
+        await response.write_eof()
+        return response
+
+    async def go():
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handler)
+        upstream = web.AppRunner(app)
+        await upstream.setup()
+        site = web.TCPSite(upstream, "127.0.0.1", 0)
+        await site.start()
+        config = ResumeConfig.from_data({"models": {"mock-model": {}}, "upstream_idle_timeout_s": 0.3})
+        relay, runner, url = await _relay_in_front_of(site._server.sockets[0].getsockname()[1], config)
+        try:
+            return await _chat(url, True), relay
+        finally:
+            await runner.cleanup()
+            await upstream.cleanup()
+
+    (chunks, last), relay = asyncio.run(go())
+    assert last == "[DONE]" and _text(chunks) == "hi"
+    assert len(requests) == 1
+    assert _value(relay, "gennstack_resume_attempts_total", model="mock-model") == 0
+
+
+def test_a_request_written_onto_a_pooled_connection_the_proxy_closed_is_sent_again() -> None:
+    """The routing proxy closes a kept-alive connection (draining, idle close) just as the relay writes the next
+    request onto it: aiohttp 3.14.5 retries a reused connection only for idempotent methods (client.py
+    IDEMPOTENT_METHODS has no POST), so the relay sends it again itself on a new connection (nothing of an answer
+    had come). Here the fake proxy answers each connection's first request and closes it on the second unanswered.
+    Before: the second client request got 502 upstream unreachable."""
+    connections: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+                if served:
+                    return  # the second request on this connection: closed unanswered
+                body = _sse_answer()
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: "
+                             + str(len(body)).encode() + b"\r\n\r\n" + body)
+                await writer.drain()
+                served += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
+
+    async def go():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        config = ResumeConfig.from_data({"models": {"mock-model": {}}})
+        relay, runner, url = await _relay_in_front_of(server.sockets[0].getsockname()[1], config)
+        try:
+            return [await _chat(url, True), await _chat(url, True)]
+        finally:
+            await runner.cleanup()
+            server.close()
+
+    answers = asyncio.run(go())
+    assert [(_text(chunks), last) for chunks, last in answers] == [("hi", "[DONE]"), ("hi", "[DONE]")]
+    assert len(connections) == 2
