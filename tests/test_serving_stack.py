@@ -6,6 +6,8 @@ import json
 
 from tests.support import Synth
 
+RELAY_DOCKERFILE = "assets/images/resume-relay/Dockerfile"  # the gateway's relay image, built from the repo root
+
 
 def _role_actions(synth: Synth, role_prefix: str) -> set[str]:
     (role_id,) = [k for k in synth.resources("AWS::IAM::Role") if k.startswith(role_prefix)]
@@ -156,12 +158,13 @@ def test_inf2_ray_image_is_built_from_the_pinned_dlc_plus_ray(synth: Synth) -> N
     assert base == values["images"]["neuronVllm"], "the inf2 image must build on the chart's Neuron image"
     assert re.search(r'"ray\[serve\]==\d+\.\d+\.\d+"', dockerfile), "pin Ray Serve"
     assets = json.loads((synth.outdir / "GenNStack.assets.json").read_text())
-    (image,) = assets["dockerImages"].values()
+    # besides the stream-resume relay's image (the gateway's: assets/images/resume-relay)
+    (image,) = [i for i in assets["dockerImages"].values() if i["source"].get("dockerFile") != RELAY_DOCKERFILE]
     assert image["source"]["platform"] == "linux/amd64"
     assert "container-assets" in json.dumps(_chart(synth)["Values"])  # the chart runs the built image
 
 
 def test_a_configured_inf2_image_is_used_as_is(synth_variant: Synth) -> None:
     assets = json.loads((synth_variant.outdir / "GenNStack.assets.json").read_text())
-    assert assets.get("dockerImages", {}) == {}
+    assert [i["source"].get("dockerFile") for i in assets.get("dockerImages", {}).values()] == [RELAY_DOCKERFILE]
     assert "inf2-ray-serve:1" in json.dumps(_chart(synth_variant)["Values"])

@@ -79,6 +79,15 @@ async def _one(session: aiohttp.ClientSession, url: str, i: int, settings: Resum
     return finished, "".join(parts), host
 
 
+def _wait_for_streams(replicas, streams: int, limit_s: float = 60.0) -> None:
+    """Until the replicas have received ``streams`` chat requests between them (their own counters)."""
+    deadline = time.monotonic() + limit_s
+    while sum(r.stats()["chat_requests"] for r in replicas) < streams:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the replicas received fewer than {streams} requests in {limit_s:g} s")
+        time.sleep(0.02)
+
+
 def run_case(case: str, *, resume: bool, settings: ResumeDrillSettings = ResumeDrillSettings()) -> ResumeRow:
     flags = ("--ttft", str(settings.ttft_s), "--itl", str(settings.itl_s))
     with resume_stack(2, flags=flags, resume=resume) as stack:
@@ -89,6 +98,9 @@ def run_case(case: str, *, resume: bool, settings: ResumeDrillSettings = ResumeD
             async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
                 tasks = [asyncio.create_task(_one(session, stack.base_url, i, settings)) for i in range(settings.streams)]
                 if case == CASES[0]:
+                    # kill_at_s after every stream reached a replica (counted by the replicas, not assumed from the
+                    # clock: on a busy machine the streams may start late), so the victim holds streams mid-answer
+                    await asyncio.to_thread(_wait_for_streams, stack.replicas, settings.streams)
                     await asyncio.sleep(settings.kill_at_s)
                     await asyncio.to_thread(victim.kill)
                 else:

@@ -154,6 +154,7 @@ METRICS: dict[str, str] = {
     "aws_gennstack_kept_pods_maximum": _YACE,
     "aws_gennstack_drain_latency_maximum": _YACE,
     "aws_gennstack_serving_replicas_maximum": _YACE,
+    "aws_gennstack_spot_moves_sum": _YACE,
     # YACE's own counters (pkg/promutil/prometheus.go NewScrapeMetrics)
     "yace_cloudwatch_requests_total": _YACE_SELF,
     "yace_cloudwatch_request_errors": _YACE_SELF,

@@ -23,7 +23,7 @@ def test_default_stack(synth: Synth) -> None:
     assert dashboards == "    Dashboards (Grafana folder GenNStack): cost, gateway, gen1-inf2, gen2-trn2, gen3-g6e, spot"
     assert alerts == (
         "    Alerts: GenNStackNoReadyReplica x3, GenNStackTimeToFirstTokenOverSLO, GenNStackHighErrorRate, "
-        "GenNStackKVCacheFull, GenNStackAcceleratorPodPending, GenNStackGatewayCertificateExpiring, "
+        "GenNStackKVCacheFull, GenNStackAcceleratorPodPending, GenNStackStreamResumeFailing, GenNStackGatewayCertificateExpiring, "
         "GenNStackCloudWatchExporterAbsent, GenNStackCloudWatchExporterErrors, GenNStackInterruptionDeadLetters")
     assert thresholds == ("    Alert thresholds: TTFT p95 > 2.0 s for 10 min, errors > 5 %, KV cache >= 98 %, "
                           "accelerator pods Pending > 15 min")

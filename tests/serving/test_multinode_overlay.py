@@ -118,7 +118,7 @@ def test_the_groups_run_the_vllm_image_plus_ray_built_at_deploy(scout: Synth) ->
     assert re.findall(r"^ray\[serve\]==(\S+)$", dev, flags=re.MULTILINE) == [pinned]
     assets = json.loads((scout.outdir / "GenNStack.assets.json").read_text())
     built = {i["source"]["directory"]: i for i in assets["dockerImages"].values()}
-    ours = [d for d in built if (scout.outdir / d / "Dockerfile").read_text() == dockerfile]
+    ours = [d for d in built if (scout.outdir / d / built[d]["source"].get("dockerFile", "Dockerfile")).read_text() == dockerfile]
     assert len(ours) == 1 and built[ours[0]]["source"]["platform"] == "linux/amd64"
     charts = {c["Properties"]["Release"]: c["Properties"] for c in scout.resources("Custom::AWSCDK-EKS-HelmChart").values()}
     values = json.dumps(charts["gennstack-serving"]["Values"])
