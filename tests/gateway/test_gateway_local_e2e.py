@@ -35,7 +35,8 @@ SPLIT_TOLERANCE = 0.05  # 80/20 split: the observed share of the 80 backend must
 
 
 def _config(**overrides) -> GatewayConfig:
-    return GatewayConfig.model_validate(frozen(overrides))
+    # Envoy alone (these bootstraps have no relay): the relay's idle bound below Envoy's does not apply
+    return GatewayConfig.model_validate(frozen({"resume": {"enabled": False}, **overrides}))
 
 
 def _start(gateway: GatewayConfig, endpoints: dict[str, str], **settings) -> LocalGateway:
