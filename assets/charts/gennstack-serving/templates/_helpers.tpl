@@ -338,18 +338,19 @@ getpass.getuser() (torch's cache directories) reads before the passwd entry.
 {{- end }}
 
 {{/*
-A warm spare's preferred anti-affinity to its generation's serving pods (role server): by instance
-type, then by zone, equal weights. Karpenter v1.14.1 relaxes preferred anti-affinity terms heaviest
-first, the first listed among equals (pkg/controllers/provisioning/scheduling/preferences.go), so a
-spare's node goes to another zone and type than the replicas, else another zone, else anywhere:
-out of the offering one correlated reclaim takes. gennstack/serving/spare_placement.py holds the
-rule and its weight (tests/serving/test_spare_placement.py keeps the two equal).
+A warm spare's preferred anti-affinity to its generation's serving pods (role server), by zone:
+Karpenter v1.14.1 tries preferred terms as if required before it relaxes them
+(pkg/controllers/provisioning/scheduling/preferences.go), so a spare's node goes to a zone with no
+replica, else anywhere: out of the zone one correlated reclaim takes. Not by instance type: on g6e
+that term sent spares, and the serving pods that preempt them, to pricier sizes (gennstack simulate,
+docs/spot-drills.md). gennstack/serving/spare_placement.py holds the rule and its weight
+(tests/serving/test_spare_placement.py keeps the two equal).
 */}}
 {{- define "gennstack-serving.spareAntiAffinity" -}}
 affinity:
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
-      {{- range $key := list "node.kubernetes.io/instance-type" "topology.kubernetes.io/zone" }}
+      {{- range $key := list "topology.kubernetes.io/zone" }}
       - weight: 100
         podAffinityTerm:
           topologyKey: {{ $key }}
