@@ -183,6 +183,7 @@ EXPECTED_OUTPUT = {
     ".venv/bin/gennstack drill --local": "results: drill-results/",
     ".venv/bin/gennstack gateway local": '"static_resources"',
     ".venv/bin/gennstack cost": "TOTAL $",
+    ".venv/bin/gennstack simulate": "| gen3-g6e | GenNStack with issue 31 |",
 }
 
 

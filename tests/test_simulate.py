@@ -110,8 +110,11 @@ def test_unknown_policy_is_named() -> None:
         Sim(Trace(TraceParams(hours=1), ()), Workload(), "spot only", PRICES)
 
 
-def test_readme_block_is_the_commands_output() -> None:
+def test_readme_and_docs_blocks_are_the_commands_output() -> None:
     block = README.split("<!-- spot-simulation:start -->\n", 1)[1].split("\n<!-- spot-simulation:end -->", 1)[0]
-    assert block == render()
+    assert block == render(detail=False)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "spot-drills.md").read_text()
+    detail = docs.split("<!-- spot-simulation-detail:start -->\n", 1)[1].split("\n<!-- spot-simulation-detail:end -->", 1)[0]
+    assert detail == render()
     # Right after the local-drill block.
     assert README.index("<!-- local-drill:end -->") < README.index("<!-- spot-simulation:start -->")

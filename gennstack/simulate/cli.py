@@ -1,7 +1,7 @@
 """``gennstack simulate``: the spot policies side by side on one seeded trace (issue 31, section 3).
 
-Prints a Markdown block (the README's ``spot-simulation`` block is this output at the defaults;
-tests/test_simulate.py holds them equal). See docs/spot-drills.md for the model.
+Prints a Markdown block (the README's ``spot-simulation`` block is this output with ``--brief``,
+docs/spot-drills.md's ``spot-simulation-detail`` block without; tests/test_simulate.py holds them equal). See docs/spot-drills.md for the model.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ SUMMARY_SEEDS = range(1, 31)
 
 def render(params: TraceParams = TraceParams(), workload: Workload = Workload(), region: str = "us-east-1",
            generations: tuple[str, ...] = GENERATIONS, prices: dict[str, float] | None = None, *,
-           strict: bool = False, seeds: range = SUMMARY_SEEDS) -> str:
-    """The Markdown block: every policy on one trace (``params.seed``), then the same over ``seeds``.
+           strict: bool = False, seeds: range = SUMMARY_SEEDS, detail: bool = True) -> str:
+    """The Markdown block: every policy on one trace (``params.seed``; ``detail`` only), then the same
+    over ``seeds``. The README carries the block without the detail, docs/spot-drills.md with it.
 
     A generation with an instance type the price table lacks (trn2.48xlarge in the bundled us-east-1
     table) is skipped with a note, or, with ``strict``, is an error."""
@@ -75,18 +76,21 @@ def render(params: TraceParams = TraceParams(), workload: Workload = Workload(),
             f"{params.seed}, start {cold:g} s cold / {warm:g} s on a warm spare, drains on "
             f"{', '.join(sorted(gen.drain_signals)) or 'no signal'}, {'moves' if gen.moves_back else 'never moves'} "
             "back to spot")
+        if not detail:
+            verdicts[-1] = (f"{POOLS[name]} {_verdict(mean_saving, statistics.mean(lost))} on the mean of seeds "
+                            f"{seeds.start}-{seeds.stop - 1} ({mean_saving:.1%} cheaper, {statistics.mean(lost):.2%} lost)")
     lines = [
         f"Spot simulation (`gennstack simulate`): {workload.replicas} replicas per generation over "
         f"{len(params.zones)} zones, {params.hours:g} h; a generated trace per generation, over its offerings (zone x "
         f"instance type; no public spot trace of inf2, trn2 or g6e exists to read); prices {region} "
         "(gennstack/cost/prices.json).",
         "",
-        f"Seed {params.seed}:",
-        "",
-        "| generation | policy | availability | requests failed | broken | lost share | spot node-h | on-demand node-h | cost | vs all on-demand | moves back to spot |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-        "",
+        *([f"Seed {params.seed}:",
+           "",
+           "| generation | policy | availability | requests failed | broken | lost share | spot node-h | on-demand node-h | cost | vs all on-demand | moves back to spot |",
+           "|---|---|---|---|---|---|---|---|---|---|---|",
+           *rows,
+           ""] if detail else []),
         f"Seeds {seeds.start}-{seeds.stop - 1}, one trace each (lost share: failed and broken over all requests; saving: "
         "against all on-demand on the same trace):",
         "",
@@ -127,6 +131,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="simulate this generation (repeatable; default: every one the price table prices)")
     parser.add_argument("--price", type=_price_override, action="append", default=[], metavar="TYPE=USD",
                         help="an on-demand $/hour for an instance type the table lacks, e.g. trn2.48xlarge (repeatable)")
+    parser.add_argument("--brief", action="store_true",
+                        help="only the summary over seeds 1-30, not the one trace's table (the README's block)")
     parser.add_argument("--resume-saved", type=float, default=Workload.resume_saved,
                         help="share of broken streams stream resume saves in the GenNStack policies (default: 1, the resume drill)")
     parser.set_defaults(func=_run)
@@ -140,7 +146,8 @@ def _run(args: argparse.Namespace) -> int:
     generations = tuple(dict.fromkeys(args.generation)) if args.generation else GENERATIONS
     try:
         print(render(TraceParams(hours=args.hours, seed=args.seed), Workload(resume_saved=args.resume_saved),
-                     generations=generations, prices=dict(args.price), strict=bool(args.generation)))
+                     generations=generations, prices=dict(args.price), strict=bool(args.generation),
+                     detail=not args.brief))
     except PriceError as exc:
         raise SystemExit(str(exc)) from None
     return 0
