@@ -15,6 +15,7 @@ the run's ``cpus`` and ``loadavg`` in the output.
 
     .venv/bin/python benchmarks/bench_resume_relay.py               # ~3 minutes
     .venv/bin/python benchmarks/bench_resume_relay.py --rounds 2 --duration 15
+    .venv/bin/python benchmarks/bench_resume_relay.py --rate 80 --output benchmarks/results/resume_relay_poisson.json
 
 Writes ``benchmarks/results/resume_relay.json`` and prints a markdown table. Targets (issue 30): TTFT p50
 <= 2 ms, p90 <= 5 ms and ITL p50 <= 0.5 ms added, nothing failing.
@@ -50,8 +51,10 @@ def _percentile(values: list[float], p: float) -> float:
 
 
 def _bench(base_url: str, out: Path, args: argparse.Namespace) -> tuple[dict[str, list[float]], int, int]:
-    cmd = [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL,
-           "--concurrency", str(args.concurrency), "--duration", str(args.duration), "--max-tokens", str(args.max_tokens),
+    load = (["--rate", str(args.rate), "--arrival", "poisson", "--max-in-flight", str(args.concurrency)] if args.rate
+            else ["--concurrency", str(args.concurrency)])
+    cmd = [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL, *load,
+           "--duration", str(args.duration), "--max-tokens", str(args.max_tokens),
            "--prompt-tokens", "256", "--warmup-seconds", "2", "--no-progress", "--output-dir", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
     got: dict[str, list[float]] = {"ttft_s": [], "itl_s": []}
@@ -139,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per side (default: %(default)s)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per round (default: %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=200, help="closed loop: this many workers; with --rate: "
+                        "the most requests in flight (default: %(default)s)")
+    parser.add_argument("--rate", type=float, default=None, help="open loop instead: Poisson arrivals at this many "
+                        "requests/s (the closed loop's workers start in waves: every stream is as long)")
     parser.add_argument("--max-tokens", type=int, default=50)
     parser.add_argument("--throughput-streams", type=int, default=64)
     parser.add_argument("--throughput-seconds", type=float, default=15.0)
@@ -187,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         return {f"p{p}": _percentile(values, p) * 1000 for p in (50, 90, 99)} | {"n": len(values)}
 
     result = {
-        "what": f"gennstack bench, concurrency {args.concurrency}, {args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
+        "what": f"gennstack bench, {f'Poisson arrivals at {args.rate:g} requests/s' if args.rate else f'concurrency {args.concurrency}'}, "
+                f"{args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
                 f"ITL {ITL_S * 1000:g} ms; gennstack gateway local --no-resume vs resume on (the relay between two Envoy "
                 f"listeners), {args.rounds} alternating rounds of {args.duration:g} s each",
         "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},

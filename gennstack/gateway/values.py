@@ -79,12 +79,16 @@ ROUTING_PORT = 8080
 RESUME_RELAY = f"{GATEWAY_RELEASE}-resume"  # the relay's Deployment, Service, ConfigMap (mirrors _helpers.tpl)
 RESUME_PORT = 8080
 RESUME_METRICS_PORT = 9464
-# Sizing assumption until benchmarks/bench_resume_relay.py measures the relay's tokens/s per core: one
-# relay core carries 20,000 streamed tokens/s (a chunk is ~200 bytes of JSON parsed and re-written), so
-# two replicas at a 250m request have 10,000 tokens/s reserved (~200 streams at 50 tokens/s) and burst into
-# the system nodes' idle CPU (no CPU limit). 250m, not more: the system nodes' room with one node down
-# (gennstack/system_capacity.py) holds the relay and the routing proxies beside everything else at 250m.
-RESUME_TOKENS_PER_CORE_S = 20_000
+# Relay sizing, from benchmarks/bench_resume_relay.py (benchmarks/results/resume_relay.json; a test holds
+# these at or under what it measured): one relay core streams 100,000 tokens/s (measured 107,711 per
+# CPU-second, one token per chunk) and costs 2.6 ms of CPU per request of 50 tokens (measured 2.583, the
+# aiohttp server and client requests included). Two replicas at a 250m request reserve 50,000 tokens/s
+# (1,000 streams at 50 tokens/s) or about 190 new requests/s, and burst into the system nodes' idle CPU
+# (no CPU limit). 250m, not more: the system nodes' room with one node down (gennstack/system_capacity.py)
+# holds the relay and the routing proxies beside everything else at 250m. One process takes requests one
+# after another, so a burst of N simultaneous requests waits up to N x 2.6 ms (docs/gateway.md).
+RESUME_TOKENS_PER_CORE_S = 100_000
+RESUME_CPU_MS_PER_REQUEST = 2.6
 RESUME_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 # The routing proxies: Envoy only (no TLS, no API-key check, no rate limit) plus the AI Gateway's sidecar.
 ROUTING_PROXY_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}

@@ -269,3 +269,19 @@ def test_a_relay_without_an_image_fails_to_render(helm) -> None:
     proc = subprocess.run([str(helm), "template", GATEWAY_RELEASE, str(CHART), "--values", "-"],
                           input=json.dumps(values), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "resume.image is required while resume.enabled" in proc.stderr
+
+
+def test_the_relays_sizing_comes_from_its_benchmark() -> None:
+    """The sizing constants are what benchmarks/bench_resume_relay.py measured, rounded to the safe side,
+    and the reserve the comment states follows from them and the rendered request."""
+    import json
+    from pathlib import Path
+
+    from gennstack.gateway.values import RESUME_CPU_MS_PER_REQUEST, RESUME_RESOURCES, RESUME_TOKENS_PER_CORE_S
+
+    measured = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "resume_relay.json").read_text())
+    assert RESUME_TOKENS_PER_CORE_S <= measured["relay_throughput"]["tokens_per_cpu_s"]
+    assert RESUME_CPU_MS_PER_REQUEST >= measured["relay_cpu_ms_per_request"]
+    cores = int(RESUME_RESOURCES["requests"]["cpu"].removesuffix("m")) / 1000 * 2  # two replicas
+    assert cores * RESUME_TOKENS_PER_CORE_S == 50_000  # 1,000 streams at 50 tokens/s
+    assert round(cores * 1000 / RESUME_CPU_MS_PER_REQUEST) == 192  # new requests per second
