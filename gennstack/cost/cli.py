@@ -55,7 +55,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help="cdk.json to read (default: %(default)s)")
     parser.add_argument("--live", action="store_true", help="today's EC2 prices from AWS (Price List API, spot price history)")
     parser.add_argument("--profile", help="AWS profile for --live")
-    parser.add_argument("--markdown", action="store_true", help="print the README's 'What it costs' block")
+    parser.add_argument("--markdown", action="store_true", help="print the 'What it costs' block in full (docs/cost.md's)")
+    parser.add_argument("--brief", action="store_true", help="with --markdown: one row per generation (the README's block)")
     _common(parser)
     parser.set_defaults(func=run_hourly)
     sub = parser.add_subparsers(dest="cost_command", metavar="{tokens,layouts}")
@@ -129,7 +130,7 @@ def run_hourly(args: argparse.Namespace, *, make_clients: Callable[[str], Any] |
         return 2
     breakdown.notes.extend(notes)
     if args.markdown:
-        print(report.markdown(breakdown, table), file=out)
+        print(report.markdown(breakdown, table, brief=args.brief), file=out)
     elif args.json:
         data = report.as_dict(breakdown, table, now.date())
         data["spot_by_zone"] = {t: {z: p.usd for z, p in zones.items()} for t, zones in table.spot_by_zone.items()}

@@ -105,15 +105,23 @@ def seed_baseline(table: PriceTable) -> tuple[float, float, float]:
     return fleet, per_million(fleet, high_tps), per_million(fleet, low_tps)
 
 
-def markdown(breakdown: Breakdown, table: PriceTable) -> str:
-    """The README's "What it costs" block: the default config's always-on items and the seed baseline."""
+def markdown(breakdown: Breakdown, table: PriceTable, *, brief: bool = False) -> str:
+    """The "What it costs" block: the default config's always-on items and the seed baseline. ``brief``
+    (the README's): the platform and each generation as one row each, and only what the totals leave out;
+    in full (docs/cost.md's): every item and every note on the prices."""
     label = spot_label(table)
-    rows = [f"| item | {label} $/h | on-demand $/h |", "|---|---|---|"]
+    rows = [f"| {'part' if brief else 'item'} | {label} $/h | on-demand $/h |", "|---|---|---|"]
     for group, items in breakdown.groups.items():
+        if brief:
+            spot, od = breakdown.total(group)
+            name = "platform (EKS, system nodes, network, keys, monitoring)" if group == "platform" else (
+                "`" + group + "`: " + ", ".join(item.name.split(" (")[0] for item in items))
+            rows.append(f"| {name} | {money(spot)} | {money(od)} |")
+            continue
         for item in items:
             where = "" if group == "platform" else f"`{group}`: "
             rows.append(f"| {where}{item.name} | {money(item.spot_usd_per_hour)} | {money(item.on_demand_usd_per_hour)} |")
-    for group in breakdown.groups:
+    for group in breakdown.groups if not brief else ():
         if group != "platform":
             spot, od = breakdown.total(group)
             rows.append(f"| **`{group}` subtotal** | {money(spot)} | {money(od)} |")
@@ -123,7 +131,10 @@ def markdown(breakdown: Breakdown, table: PriceTable) -> str:
             f"(months of {HOURS_PER_MONTH} h):", "", *rows, ""]
     for what, why in breakdown.unpriced:
         text.append(f"- **Not in the totals:** {what}: {why}.")
-    text.extend(f"- {note[0].upper()}{note[1:].rstrip('.')}." for note in breakdown.notes + price_notes(breakdown, table, None))
+    if brief:
+        text.append("- Every item, the ceilings, what is not included and the prices' sources: [Cost](docs/cost.md#what-it-costs-item-by-item).")
+    else:
+        text.extend(f"- {note[0].upper()}{note[1:].rstrip('.')}." for note in breakdown.notes + price_notes(breakdown, table, None))
     fleet, best, worst = seed_baseline(table)
     low, high = SEED_BASELINE["tokens_per_s"]
     text += ["", f"**The number to beat.** The seed design's Gen3 ran {SEED_BASELINE['nodes']} x {SEED_BASELINE['instance_type']} "
