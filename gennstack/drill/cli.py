@@ -22,6 +22,11 @@ template for it targets one running spot node of the generation's NodePool of th
 type (gennstack/drill/templates.py ``multinode_template``); the handler's "drained" line then names
 the group it took out of routing, whole and once.
 
+``--target no-warning`` terminates one running spot node of the generation's NodePool at once, with no
+rebalance recommendation and no warning (``aws:ec2:terminate-instances``: gennstack/drill/templates.py
+``no_warning_template``): the case drain routing cannot save. Run it under ``--bench-args`` with long
+answers (``--max-tokens``) to see what stream resume saves: the bench counts broken streams.
+
 Exit codes: 0 the experiment completed (and the bench, if any, exited 0); 1 it failed, was stopped
 or an AWS call failed (the message says which and why); 2 bad arguments or config; 130 Ctrl-C.
 
@@ -132,6 +137,12 @@ def find_template(fis: Any, *, cluster_name: str, generation: str, nodes: int, r
                 f"serving.multi_node are off, or the stack is not deployed there with both on; set drills.enabled: true "
                 f"and serving.multi_node.enabled: true in your config and deploy"
             )
+        if target == "no-warning":
+            raise DrillError(
+                f"no FIS experiment template tagged {labels} in region {region or '(default)'}: drills are off "
+                f"(drills.enabled: false), or the stack there was deployed before the no-warning templates existed; "
+                f"set drills.enabled: true in your config and deploy"
+            )
         raise DrillError(
             f"no FIS experiment template tagged {labels} in region {region or '(default)'}: drills are off "
             f"(drills.enabled: false), --nodes is above drills.max_nodes, or the stack is not deployed "
@@ -208,8 +219,8 @@ def drill(
     except (ClientError, BotoCoreError) as exc:
         raise DrillError(explain(exc)) from exc
     template_id = template.id
-    what = (f"1 {generation} spot node holding a multi-node group member" if target == "multinode"
-            else f"{nodes} {generation} spot node(s)")
+    what = {"multinode": f"1 {generation} spot node holding a multi-node group member",
+            "no-warning": f"1 {generation} spot node terminated without warning"}.get(target, f"{nodes} {generation} spot node(s)")
     started_at = log.add("drill_start", f"drill: {what}, template {template_id}",
                          template_id=template_id, generation=generation, nodes=nodes, cluster=config.cluster_name, region=region,
                          **({"target": target} if target != "nodes" else {}))
@@ -445,6 +456,10 @@ def run(
         print("gennstack drill --local: --target multinode: the local drill's replicas are single processes, it models no "
               "multi-node group (drop --target, or run it in AWS)", file=stderr or sys.stderr)
         return 2
+    if args.local and args.target == "no-warning":
+        print("gennstack drill --local: --target no-warning: the local drill's no-warning case is --cases resume (a replica "
+              "SIGKILLed); --target picks an AWS FIS template", file=stderr or sys.stderr)
+        return 2
     if args.local:
         return run_local(args, stdout=stdout, stderr=stderr, now=now)
     out, err = stdout or sys.stdout, stderr or sys.stderr
@@ -453,6 +468,10 @@ def run(
         return 2
     config = command_config(args, command="drill", err=err)
     if config is None:
+        return 2
+    if args.target == "no-warning" and args.nodes != 1:
+        print(f"gennstack drill: --target no-warning --nodes {args.nodes}: allowed 1 (one template terminates one node)",
+              file=err)
         return 2
     if args.target == "multinode":
         multi_node = config.serving.multi_node
@@ -524,7 +543,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--nodes", type=int, default=1, help="how many running spot nodes (1 to drills.max_nodes; default: %(default)s)")
     parser.add_argument("--target", choices=TARGETS, default="nodes",
                         help="nodes: any running spot nodes of the generation's NodePool; multinode: one member node of a "
-                             "multi-node group (serving.multi_node; --generation defaults to its generation, --nodes 1) "
+                             "multi-node group (serving.multi_node; --generation defaults to its generation, --nodes 1); "
+                             "no-warning: one running spot node terminated at once, no rebalance or warning (--nodes 1) "
                              "(default: %(default)s)")
     parser.add_argument("--bench-args", metavar="ARGS",
                         help="run `gennstack bench ARGS` meanwhile, e.g. --bench-args=\"--base-url https://GATEWAY/v1 --model gennstack-default "

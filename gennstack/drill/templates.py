@@ -7,7 +7,10 @@ Relies on (AWS FIS user guide, actions reference, ``aws:ec2:send-spot-instance-i
 action's target key is ``SpotInstances`` of resource type ``aws:ec2:spot-instance``; its one parameter
 ``durationBeforeInterruption`` (ISO 8601, 2 to 15 minutes) is the time until EC2 reclaims the
 instance; EC2 sends the interruption warning two minutes before that, and a rebalance recommendation
-at the start when the duration is longer than two minutes. And (aws/karpenter-provider-aws v1.14.1,
+at the start when the duration is longer than two minutes. For a node lost without warning
+(``aws:ec2:terminate-instances``, the same reference): target key ``Instances`` of resource type
+``aws:ec2:instance``, no parameter, permission ``ec2:TerminateInstances`` (and ``ec2:DescribeInstances``
+to resolve the target); EC2 terminates the instance at once, no notice, no rebalance recommendation. And (aws/karpenter-provider-aws v1.14.1,
 ``pkg/utils/utils.go`` ``GetTags``): Karpenter tags every instance it launches with
 ``karpenter.sh/nodepool=<NodePool>`` and ``eks:eks-cluster-name=<cluster>``.
 """
@@ -29,9 +32,13 @@ CLUSTER_NAME_TAG = "gennstack.io/cluster"
 GENERATION_TAG = "gennstack.io/generation"
 NODES_TAG = "gennstack.io/nodes"
 # What a template interrupts: absent (templates from before it existed) or "nodes", any running spot
-# nodes of the pool; "multinode", one member node of a multi-node group (:func:`multinode_template`).
+# nodes of the pool; "multinode", one member node of a multi-node group (:func:`multinode_template`);
+# "no-warning", one running spot node of the pool terminated with no notice (:func:`no_warning_template`).
 TARGET_TAG = "gennstack.io/target"
-TARGETS = ("nodes", "multinode")
+TARGETS = ("nodes", "multinode", "no-warning")
+TERMINATE_ACTION_ID = "aws:ec2:terminate-instances"
+INSTANCE_RESOURCE_TYPE = "aws:ec2:instance"
+INSTANCES_TARGET_KEY = "Instances"
 # Not part of the match: where `gennstack drill` reads the interruption handler's log lines afterwards.
 HANDLER_LOG_GROUP_TAG = "gennstack.io/handler-log-group"
 # AWS FIS tag values: at most 256 characters.
@@ -85,6 +92,50 @@ def multinode_template(
     )
     properties["Tags"] = {**properties["Tags"], TARGET_TAG: "multinode"}
     return properties
+
+
+def no_warning_template(
+    *,
+    cluster_name: str,
+    generation: str,
+    pool: str,
+    role_arn: str,
+    stop_alarm_arns: list[str],
+    handler_log_group: str,
+) -> dict[str, Any]:
+    """``AWS::FIS::ExperimentTemplate`` properties: terminate one running node of ``pool`` with no notice.
+
+    What drain routing cannot save and stream resume must (a node lost to hardware, a kernel panic, a
+    reclaim that came without its warning): no rebalance recommendation, no two-minute warning, the
+    instance goes at once. The target is the same tagged spot NodePool nodes as :func:`experiment_template`'s,
+    as an ``aws:ec2:instance`` (the terminate action's resource type), one of them.
+    """
+    target = f"{pool}-node"
+    return {
+        "Description": f"GenNStack drill: one {generation} node of NodePool {pool} terminated without warning",
+        "RoleArn": role_arn,
+        "Targets": {
+            target: {
+                "ResourceType": INSTANCE_RESOURCE_TYPE,
+                "ResourceTags": target_tags(cluster_name=cluster_name, pool=pool),
+                "Filters": [{"Path": "State.Name", "Values": ["running"]}],
+                "SelectionMode": "COUNT(1)",
+            }
+        },
+        "Actions": {
+            "terminate": {
+                "ActionId": TERMINATE_ACTION_ID,
+                "Description": "terminate at once: no rebalance recommendation, no interruption warning",
+                "Targets": {INSTANCES_TARGET_KEY: target},
+            }
+        },
+        "StopConditions": [{"Source": "aws:cloudwatch:alarm", "Value": arn} for arn in stop_alarm_arns],
+        "ExperimentOptions": {"AccountTargeting": "single-account", "EmptyTargetResolutionMode": "fail"},
+        "Tags": {
+            **template_tags(cluster_name=cluster_name, generation=generation, nodes=1, target="no-warning"),
+            HANDLER_LOG_GROUP_TAG: handler_log_group,
+        },
+    }
 
 
 def target_tags(*, cluster_name: str, pool: str) -> dict[str, str]:
@@ -143,7 +194,8 @@ def experiment_template(
 
 
 def role_statements(*, cluster_name: str, pool: str, partition: str, region: str, account: str) -> list[dict[str, Any]]:
-    """The FIS role's permissions: interrupt only instances tagged as this cluster's ``pool``.
+    """The FIS role's permissions: interrupt, or terminate without warning (:func:`no_warning_template`),
+    only instances tagged as this cluster's ``pool``.
 
     ``ec2:DescribeInstances`` (FIS resolves the target's tags with it) has no resource-level
     permissions; it is read-only and limited to the stack's region.
@@ -153,7 +205,7 @@ def role_statements(*, cluster_name: str, pool: str, partition: str, region: str
         {
             "Sid": "InterruptThisPoolsSpotNodes",
             "Effect": "Allow",
-            "Action": "ec2:SendSpotInstanceInterruptions",
+            "Action": ["ec2:SendSpotInstanceInterruptions", "ec2:TerminateInstances"],
             "Resource": f"arn:{partition}:ec2:{region}:{account}:instance/*",
             "Condition": {"StringEquals": conditions},
         },

@@ -1,8 +1,9 @@
 """Spot drills: AWS FIS experiment templates that interrupt a generation's spot nodes on purpose.
 
 Created only with ``drills.enabled``. Per enabled generation: one IAM role that FIS assumes, allowed
-to send spot interruptions only to instances tagged as this cluster's spot NodePool of that
-generation, and one template per node count (1 .. ``drills.max_nodes``), plus, with
+to send spot interruptions to, or terminate, only instances tagged as this cluster's spot NodePool of
+that generation, one template per node count (1 .. ``drills.max_nodes``), one that terminates a node
+without warning (``gennstack drill --target no-warning``), plus, with
 ``serving.multi_node`` on, one that interrupts a member node of a multi-node group (same role: the
 members run on the generation's spot NodePool). ``gennstack drill`` starts
 one (docs/spot-drills.md). What each template holds: ``gennstack.drill.templates``; a tag names the
@@ -25,7 +26,7 @@ from aws_cdk import aws_logs as logs
 
 from constructs import Construct
 from gennstack.config import GenNStackConfig
-from gennstack.drill.templates import experiment_template, multinode_template, role_statements
+from gennstack.drill.templates import experiment_template, multinode_template, no_warning_template, role_statements
 
 _IDS = {"inf2": "Inf2", "trn2": "Trn2", "g6e": "G6e"}
 
@@ -49,6 +50,7 @@ class SpotDrills(Construct):
         self.roles: dict[str, iam.Role] = {}
         self.templates: dict[tuple[str, int], fis.CfnExperimentTemplate] = {}
         self.multinode_template: fis.CfnExperimentTemplate | None = None
+        self.no_warning_templates: dict[str, fis.CfnExperimentTemplate] = {}
         multi_node = config.serving.multi_node
         for generation in config.generations.enabled():
             pool = POOL_NAMES[generation]
@@ -79,9 +81,9 @@ class SpotDrills(Construct):
                 Acknowledgment(
                     id="AwsSolutions-IAM5[Resource::*]",
                     reason="ec2:DescribeInstances, which FIS needs to resolve the target's tags, has no "
-                    "resource-level permissions; it is read-only and limited to this region. The one "
-                    "write, ec2:SendSpotInstanceInterruptions, is limited to instances tagged with this "
-                    "cluster's name and this generation's spot NodePool.",
+                    "resource-level permissions; it is read-only and limited to this region. The writes, "
+                    "ec2:SendSpotInstanceInterruptions and ec2:TerminateInstances, are limited to instances "
+                    "tagged with this cluster's name and this generation's spot NodePool.",
                 ),
                 Acknowledgment(
                     id="AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*]",
@@ -116,6 +118,11 @@ class SpotDrills(Construct):
                 for key in ("Targets", "Actions", "StopConditions", "ExperimentOptions"):
                     template.add_property_override(key, properties[key])
                 self.templates[(generation, nodes)] = template
+            self.no_warning_templates[generation] = _template(self, f"{_IDS[generation]}NoWarning", no_warning_template(
+                cluster_name=config.cluster_name, generation=generation, pool=pool, role_arn=role.role_arn,
+                stop_alarm_arns=[alarm.alarm_arn for alarm in stop_alarms],
+                handler_log_group=handler_log_group.log_group_name,
+            ))
             if multi_node.enabled and multi_node.generation == generation:
                 self.multinode_template = _template(self, f"{_IDS[generation]}MultiNodeMember", multinode_template(
                     cluster_name=config.cluster_name, generation=generation, pool=pool,

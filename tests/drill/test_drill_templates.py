@@ -8,7 +8,7 @@ import pytest
 
 from gennstack.config import ConfigError, load_config
 from gennstack_infra.app import STACK_NAME
-from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, MAX_TAG_VALUE, experiment_template, template_tags
+from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, MAX_TAG_VALUE, TARGET_TAG, experiment_template, template_tags
 from tests.support import Synth
 
 VARIANT_POOLS = {"inf2": "gen1-inf2", "g6e": "gen3-g6e"}  # the variant disables trn2
@@ -23,12 +23,33 @@ def test_drills_are_off_by_default(synth: Synth) -> None:
     assert not [k for k in synth.resources("AWS::IAM::Role") if k.startswith("SpotDrills")]
 
 
-def test_one_template_per_enabled_generation_and_node_count(synth_variant: Synth) -> None:
+def test_one_template_per_enabled_generation_and_node_count_and_one_without_warning(synth_variant: Synth) -> None:
     found = {
-        (props["Tags"]["gennstack.io/generation"], props["Tags"]["gennstack.io/nodes"])
+        (props["Tags"]["gennstack.io/generation"], props["Tags"]["gennstack.io/nodes"], props["Tags"].get(TARGET_TAG, "nodes"))
         for props in (r["Properties"] for r in _templates(synth_variant).values())
     }
-    assert found == {(gen, str(n)) for gen in VARIANT_POOLS for n in (1, 2, 3)}
+    assert found == {(gen, str(n), "nodes") for gen in VARIANT_POOLS for n in (1, 2, 3)} | {
+        (gen, "1", "no-warning") for gen in VARIANT_POOLS}
+
+
+@pytest.mark.parametrize("generation", sorted(VARIANT_POOLS))
+def test_the_no_warning_template_terminates_one_running_node_of_the_pool_by_tag(synth_variant: Synth, generation: str) -> None:
+    """aws:ec2:terminate-instances (FIS actions reference): target key Instances, resource type
+    aws:ec2:instance, no parameter; the same tagged pool as the spot-interruption templates."""
+    (props,) = [r["Properties"] for r in _templates(synth_variant).values()
+                if r["Properties"]["Tags"]["gennstack.io/generation"] == generation
+                and r["Properties"]["Tags"].get(TARGET_TAG) == "no-warning"]
+    (action,) = props["Actions"].values()
+    assert action["ActionId"] == "aws:ec2:terminate-instances" and "Parameters" not in action
+    assert list(action["Targets"]) == ["Instances"]
+    assert props["Targets"][action["Targets"]["Instances"]] == {
+        "ResourceType": "aws:ec2:instance",
+        "ResourceTags": {"karpenter.sh/nodepool": VARIANT_POOLS[generation], "eks:eks-cluster-name": "gennstack"},
+        "Filters": [{"Path": "State.Name", "Values": ["running"]}],
+        "SelectionMode": "COUNT(1)",
+    }
+    assert props["ExperimentOptions"]["EmptyTargetResolutionMode"] == "fail"
+    assert props["StopConditions"]  # the handler's alarms, as the other templates
 
 
 @pytest.mark.parametrize("generation", sorted(VARIANT_POOLS))
@@ -36,7 +57,7 @@ def test_template_interrupts_n_running_spot_nodes_of_the_pool_by_tag(synth_varia
     pool = VARIANT_POOLS[generation]
     for resource in _templates(synth_variant).values():
         props = resource["Properties"]
-        if props["Tags"]["gennstack.io/generation"] != generation:
+        if props["Tags"]["gennstack.io/generation"] != generation or props["Tags"].get(TARGET_TAG) == "no-warning":
             continue
         nodes = int(props["Tags"]["gennstack.io/nodes"])
         assert props["Tags"]["gennstack.io/drill"] == "spot-interruption"
@@ -79,7 +100,7 @@ def test_role_may_interrupt_only_this_pools_nodes_of_this_cluster(synth_variant:
     statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
     assert set(statements) == {"InterruptThisPoolsSpotNodes", "ResolveTargets"}
     write = statements["InterruptThisPoolsSpotNodes"]
-    assert write["Action"] == "ec2:SendSpotInstanceInterruptions"
+    assert write["Action"] == ["ec2:SendSpotInstanceInterruptions", "ec2:TerminateInstances"]
     assert write["Condition"] == {
         "StringEquals": {
             "ec2:ResourceTag/karpenter.sh/nodepool": VARIANT_POOLS[generation],
