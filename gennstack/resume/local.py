@@ -139,7 +139,7 @@ def resume_stack(replicas: int = 2, *, flags: tuple[str, ...] = SLOW, resume: bo
     """``replicas`` mock servers of MODEL behind the local gateway; with ``resume``, the relay between
     the front listener and the routing listener (gateway local's topology)."""
     from gennstack.gateway.config import GatewayConfig, routing_table
-    from gennstack.gateway.demo import free_ports
+    from gennstack.gateway.ports import free_ports
     from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 
     servers: list[MockProcess] = []

@@ -175,3 +175,16 @@ def test_resume_splits_envoy_in_two_halves_around_the_relay(tmp_path, capsys) ->
     file.write_text("endpoints:\n  gpt-oss-20b: http://127.0.0.1:8001/v1\nresume:\n  max_attempts: many\n")
     assert main(["gateway", "local", "--file", str(file), "--print-config"]) == 2
     assert "max_attempts" in capsys.readouterr().err
+
+
+def test_demo_health_path_follows_the_server_resume_picks(capsys) -> None:
+    """--demo with resume on runs the demo token server (its /health answers while it generates); with
+    --no-resume llama.cpp's own server, which has no /health (gennstack.gateway.demo.LLAMA_HEALTH_PATH)."""
+    from gennstack.gateway.demo import LLAMA_HEALTH_PATH, TOKEN_HEALTH_PATH
+
+    paths = {}
+    for flags in ([], ["--no-resume"]):
+        assert main(["gateway", "local", "--demo", "--print-config", *flags]) == 0
+        clusters = json.loads(capsys.readouterr().out)["static_resources"]["clusters"]
+        paths[bool(flags)] = {c["health_checks"][0]["http_health_check"]["path"] for c in clusters if c["name"] != "resume-relay"}
+    assert paths == {False: {TOKEN_HEALTH_PATH}, True: {LLAMA_HEALTH_PATH}}
