@@ -34,8 +34,10 @@ or an AWS call failed (the message says which and why); 2 bad arguments or confi
 model behind the local gateway, one of them warned and then gone, once with drain routing and once
 without (gennstack/drill/local.py); it writes ``comparison.md`` and each run's bench result. Then the
 cases drain cannot save (gennstack/drill/resume_drill.py): a replica SIGKILLed mid-answer without warning,
-and answers longer than the grace, each with the resume relay off and on; it writes ``resume.md``
-(``--cases`` picks drain, resume or both).
+and answers longer than the grace, each with the resume relay off and on; it writes ``resume.md``.
+``--cases smollm2`` (not in the default; needs ``make setup-demo``) runs the SIGKILL case on the real model,
+SmolLM2 replicas on the demo token server (gennstack/drill/smollm2_drill.py), and writes ``smollm2.md``
+(``--cases`` picks any of drain, resume, smollm2).
 """
 
 from __future__ import annotations
@@ -415,8 +417,9 @@ def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     output = Path(args.output_dir or Path("drill-results") / f"{now():%Y%m%dT%H%M%SZ}-local-{generation}")
     output.mkdir(parents=True, exist_ok=True)
     cases = {case.strip() for case in args.cases.split(",")}
-    if not cases or cases - {"drain", "resume"}:
-        print(f"gennstack drill --local: --cases {args.cases!r}: a comma-separated choice of drain, resume", file=err)
+    if not cases or cases - {"drain", "resume", "smollm2"}:
+        print(f"gennstack drill --local: --cases {args.cases!r}: a comma-separated choice of drain, resume, smollm2",
+              file=err)
         return 2
     try:
         if "drain" in cases:
@@ -425,13 +428,17 @@ def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
             from gennstack.drill.resume_drill import run_resume_drill
 
             run_resume_drill(output)
+        if "smollm2" in cases:
+            from gennstack.drill.smollm2_drill import run_demo_drill
+
+            run_demo_drill(output)
     except (LocalDrillError, RuntimeError, TimeoutError, OSError) as exc:
         print(f"gennstack drill --local: {exc}", file=err)
         return 1
     except KeyboardInterrupt:
         print("gennstack drill --local: interrupted", file=err)
         return 130
-    for name in ("comparison.md", "resume.md"):
+    for name in ("comparison.md", "resume.md", "smollm2.md"):
         if (output / name).exists():
             print("", file=out)
             print((output / name).read_text(encoding="utf-8"), file=out)
@@ -571,5 +578,6 @@ def register(subparsers: Any) -> None:
     local.add_argument("--cases", default="drain,resume", metavar="drain,resume",
                        help="drain: the warned replica, drain routing on and off (comparison.md); resume: a replica "
                             "SIGKILLed without warning and answers longer than the grace, stream resume off and on "
-                            "(resume.md) (default: %(default)s)")
+                            "(resume.md); smollm2: the real model (make setup-demo), a SmolLM2 replica SIGKILLed "
+                            "mid-answer, stream resume off and on (smollm2.md) (default: %(default)s)")
     parser.set_defaults(func=run)

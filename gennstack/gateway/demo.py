@@ -245,25 +245,27 @@ LLAMA_HEALTH_PATH = "/openapi.json"
 @contextmanager
 def demo_gateway(replicas: int = 3, routing: str = "prefix", *, first_port: int = 8001, listen_port: int = 0,
                  admin_port: int = 0, gateway_data: dict[str, Any] | None = None, log_dir: Path | None = None,
-                 cache: bool = True, resume: bool = False) -> Iterator[DemoStack]:
+                 cache: bool = True, resume: bool = False, server: str | None = None) -> Iterator[DemoStack]:
     """``replicas`` SmolLM2 servers as every model's servers, behind the local gateway with
     ``routing`` ("prefix" or "least_request") for every generation; ``gateway_data`` is the gateway
     config section (its ``routing.generations`` is replaced). Without ``resume``: llama-cpp-python's
     servers, health checks on ``LLAMA_HEALTH_PATH``. With ``resume``: the demo token servers (health on
     ``TOKEN_HEALTH_PATH``) and the resume relay between the gateway's front and routing listeners, every
-    served model resumed (``gateway local --demo``'s topology)."""
+    served model resumed (``gateway local --demo``'s topology). ``server`` overrides the replicas' server
+    (one of DEMO_SERVERS: the token server without the relay is the resume-off side of a comparison)."""
     from gennstack.config_base import frozen
     from gennstack.gateway.config import GatewayConfig, routing_table
     from gennstack.gateway.local import LocalGateway, LocalSettings, envoy_bootstrap
 
     data = with_routing(frozen(gateway_data or {}), routing)
-    health = TOKEN_HEALTH_PATH if resume else LLAMA_HEALTH_PATH
+    server = server or ("token" if resume else "llama")
+    health = TOKEN_HEALTH_PATH if server == "token" else LLAMA_HEALTH_PATH
     data = {**data, "resilience": {**data.get("resilience", {}), "health_path": health}}
     config = GatewayConfig.model_validate(data)
     table = routing_table(config)
     owned = log_dir is None
     logs = Path(tempfile.mkdtemp(prefix="gennstack-demo-")) if log_dir is None else log_dir
-    started = start_replicas(replicas, first_port, logs, cache=cache, server="token" if resume else "llama")
+    started = start_replicas(replicas, first_port, logs, cache=cache, server=server)
     relay = None
     try:
         wait_ready(started)
