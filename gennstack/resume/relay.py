@@ -545,9 +545,10 @@ class Relay:
             if b'"stop_reason":' in data and b'"stop_reason":null' not in data:
                 state.stop_reason = (json.loads(data)["choices"] or [{}])[0].get("stop_reason")
         if state.kind == "chat" and state.resumable is None and not state.harmony and (
-                b'"reasoning' in data or b'"tool_calls":[{' in data):
-            # a reasoning or tool parser's split of the output: /v1/completions output is never parsed
-            state.resumable = "reasoning_parser" if b'"reasoning' in data else "tools"
+                b'"reasoning":' in data or b'"reasoning_content":' in data or b'"tool_calls":[{' in data):
+            # a reasoning or tool parser's split of the output: /v1/completions output is never parsed. Matched as
+            # keys (a quote, the name, a quote and a colon): text that begins with "reasoning" is a string's content
+            state.resumable = "tools" if b'"tool_calls":[{' in data else "reasoning_parser"
             self.metrics.refused.labels(str(state.model), state.resumable).inc()
         if not state.client_stream:
             chunk = json.loads(data)

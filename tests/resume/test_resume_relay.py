@@ -28,7 +28,7 @@ from gennstack.bench.mockserver import (
 from gennstack.gateway.demo import free_ports
 from gennstack.resume.config import ResumeConfig
 from gennstack.resume.local import RelayProcess, metric
-from gennstack.resume.relay import Relay, refusal, strip_ids
+from gennstack.resume.relay import Relay, Stream, refusal, strip_ids
 
 MESSAGES = [{"role": "user", "content": "hello there relay"}]
 
@@ -356,3 +356,18 @@ def test_a_request_written_onto_a_pooled_connection_the_proxy_closed_is_sent_aga
     answers = asyncio.run(go())
     assert [(_text(chunks), last) for chunks, last in answers] == [("hi", "[DONE]"), ("hi", "[DONE]")]
     assert len(connections) == 2
+
+
+def test_text_that_begins_with_reasoning_is_not_a_reasoning_parser() -> None:
+    """Only the delta's reasoning keys mark a reasoning parser's split; a content chunk whose text begins with
+    the word (a real model wrote it: SmolLM2 on the demo token server) stays resumable."""
+    def scanned(delta: dict) -> str | None:
+        state = Stream(kind="chat", body={}, client_ids=False, client_stream=True, emit_usage=True, started=time.monotonic())
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None, "token_ids": [5]}]}
+        Relay(ResumeConfig(), "http://127.0.0.1:1")._scan(state, json.dumps(chunk, separators=(",", ":")).encode())
+        return state.resumable
+
+    assert scanned({"content": "reasoning"}) is None and scanned({"content": 'reasoning": x'}) is None
+    assert scanned({"reasoning": "think"}) == scanned({"reasoning_content": "think"}) == "reasoning_parser"
+    assert scanned({"tool_calls": [{"index": 0}]}) == "tools"
