@@ -343,14 +343,20 @@ class Server:
             worker = loop.run_in_executor(None, work)
             try:
                 if job.stream:
-                    return await self._stream(request, job, queue, rid, created)
+                    response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
+                                                                        "cache-control": "no-cache"})
+                    try:
+                        await self._stream(request, response, job, queue, rid, created)
+                    except ConnectionError:
+                        pass  # the client went away (a gateway's timeout, a relay that gave up): nothing to send
+                    return response
                 return await self._whole(job, queue, rid, created)
             finally:
                 cancelled.set()  # a client gone mid-answer: the worker stops at its next token
                 await worker
 
-    async def _stream(self, request: web.Request, job: Job, queue: asyncio.Queue, rid: str, created: int) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+    async def _stream(self, request: web.Request, response: web.StreamResponse, job: Job, queue: asyncio.Queue, rid: str,
+                      created: int) -> None:
         await response.prepare(request)
         obj = "chat.completion.chunk" if job.kind == "chat" else "text_completion"
         head = {"id": rid, "object": obj, "created": created, "model": job.model}
@@ -370,7 +376,7 @@ class Server:
                 await response.write(_sse({"error": {"message": f"generation failed: {item}", "type": "server_error",
                                                      "code": 500}}))
                 await response.write_eof()
-                return response
+                return
             token, text, finish = item
             generated += 1
             if job.kind == "chat":
@@ -391,7 +397,6 @@ class Server:
             await response.write(_sse({**head, "choices": [], "usage": usage}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-        return response
 
     async def _whole(self, job: Job, queue: asyncio.Queue, rid: str, created: int) -> web.Response:
         ids: list[int] = []

@@ -155,3 +155,23 @@ def test_bad_requests_get_a_400_that_names_the_field(server) -> None:
             urllib.request.urlopen(request, timeout=30)
         assert caught.value.code == 400
         assert message in json.loads(caught.value.read())["error"]["message"]
+
+
+def test_a_client_gone_mid_answer_frees_the_model_for_the_next(server) -> None:
+    """A client that closes its stream after the first chunk: the server goes on serving, and the next request
+    gets its whole answer, its usage counting its own tokens."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(server)
+    connection = http.client.HTTPConnection(url.hostname, url.port, timeout=120)
+    connection.request("POST", "/v1/completions", body=json.dumps({"model": "m", "prompt": "Once upon a time",
+                                                                   "max_tokens": 1500, "stream": True}),
+                       headers={"content-type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200 and response.read(6) == b"data: "
+    connection.close()
+    body = {"model": "m", "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    events = _events(server + "/chat/completions", body)
+    assert events[-1]["usage"]["completion_tokens"] == sum(1 for e in events[1:-1] if e["choices"])
