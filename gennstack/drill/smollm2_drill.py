@@ -19,12 +19,13 @@ from pathlib import Path
 import aiohttp
 
 MODEL = "gpt-oss-20b"  # a served model of the routing table; every one is SmolLM2 in the demo
+# greedy answers that run to 112 tokens and more on the token server (measured), so a stream is mid-answer at a kill
 PROMPTS = ("Write a long story about a lighthouse keeper and a storm.",
            "Describe the history of the city of Rome in many paragraphs.",
            "List twenty fruits and say something about each one.",
            "Tell me everything you know about the planets of the solar system.",
            "Write a letter to a friend about a trip to the mountains.",
-           "Explain in detail how a bicycle works, part by part.")
+           "Write a detailed recipe for bread and explain each step.")
 
 
 @dataclass(frozen=True)

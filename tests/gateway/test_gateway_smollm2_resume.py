@@ -31,7 +31,7 @@ MAX_TOKENS = 112
 # text chunks a stream of the victim has received when it is SIGKILLed: the first victim, then the second
 KILL_AT = (24, 56)
 PROMPTS = ("Write a long story about a lighthouse keeper and a storm.",
-           "Explain in detail how a bicycle works, part by part.",
+           "Write a detailed recipe for bread and explain each step.",
            "Describe the history of the city of Rome in many paragraphs.",
            "List twenty fruits and say something about each one.",
            "Tell me everything you know about the planets of the solar system.",
