@@ -47,9 +47,9 @@ def _post(url: str, body: dict) -> dict:
 class Reader(threading.Thread):
     """One streamed chat answer read to its end: text, chunks with text, usage, finish, the replica that began it."""
 
-    def __init__(self, client: openai.OpenAI, prompt: str) -> None:
+    def __init__(self, client: openai.OpenAI, prompt: str, kind: str = "chat") -> None:
         super().__init__(daemon=True)
-        self.client, self.prompt = client, prompt
+        self.client, self.prompt, self.kind = client, prompt, kind
         self.host = ""
         self.parts: list[str] = []
         self.usage = None
@@ -58,16 +58,20 @@ class Reader(threading.Thread):
 
     def run(self) -> None:
         try:
-            stream = self.client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": self.prompt}], max_tokens=MAX_TOKENS, temperature=0,
-                stream=True, stream_options={"include_usage": True})
+            common = {"model": MODEL, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True,
+                      "stream_options": {"include_usage": True}}
+            if self.kind == "chat":
+                stream = self.client.chat.completions.create(messages=[{"role": "user", "content": self.prompt}], **common)
+            else:
+                stream = self.client.completions.create(prompt=self.prompt, **common)
             self.host = stream.response.headers[UPSTREAM_HOST_HEADER]
             for chunk in stream:
                 if chunk.usage is not None:
                     self.usage = chunk.usage
                 for choice in chunk.choices:
-                    if choice.delta.content:
-                        self.parts.append(choice.delta.content)
+                    text = choice.delta.content if self.kind == "chat" else choice.text
+                    if text:
+                        self.parts.append(text)
                     self.finish = choice.finish_reason or self.finish
         except BaseException as exc:  # the assertion below names it
             self.error = exc
@@ -129,3 +133,31 @@ def test_smollm2_streams_survive_sigkilled_replicas_token_for_token(tmp_path) ->
     # every stream cut mid-answer was resumed (a stream still queued on a victim is sent again, not resumed)
     assert len(mid_answer) >= 2 and resumed == len(mid_answer)
     assert metric(metrics, "gennstack_resume_failed_total", model=MODEL, reason="not_resumable") == 0
+
+
+def test_a_smollm2_completion_stream_survives_its_sigkilled_replica(tmp_path) -> None:
+    """/v1/completions with a text prompt: its replica SIGKILLed at KILL_AT[0] text chunks; the text equals the
+    untouched replica's answer, the usage counts the prompt once and every output token once."""
+    _require_llama_cpp()
+    from gennstack.gateway.demo import demo_gateway
+
+    prompt = "Once upon a time, in a small village by the sea, there lived"
+    with demo_gateway(2, "least_request", first_port=free_ports(2), log_dir=tmp_path, resume=True) as stack:
+        client = openai.OpenAI(base_url=stack.base_url, api_key="none", max_retries=0, timeout=300)
+        reader = Reader(client, prompt, kind="completion")
+        reader.start()
+        serving = _wait_for([reader], KILL_AT[0], set())
+        victim = next(r for r in stack.replicas if r.address == serving.host)
+        victim.kill()
+        cut = len(reader.parts)
+        reader.join(300)
+        (survivor,) = [r for r in stack.replicas if r is not victim]
+        resumed = metric(stack.relay.metrics(), "gennstack_resume_succeeded_total", model=MODEL)
+        expected = _post(survivor.url + "/completions", {"model": MODEL, "prompt": prompt, "max_tokens": MAX_TOKENS,
+                                                         "temperature": 0})
+    assert reader.error is None and reader.finish == expected["choices"][0]["finish_reason"]
+    assert "".join(reader.parts) == expected["choices"][0]["text"], cut
+    assert (reader.usage.prompt_tokens, reader.usage.completion_tokens) == (
+        expected["usage"]["prompt_tokens"], expected["usage"]["completion_tokens"])
+    assert resumed == 1
+    print(f"SmolLM2 completion resume: cut at {cut} text chunks, resumed, text identical to the untouched replica's")
