@@ -174,6 +174,21 @@ def chat_messages(messages: Any) -> list[dict[str, str]]:
     return out
 
 
+class TextStream:
+    """Token bytes to text, one token at a time, holding back the bytes of a character not yet complete; primed
+    with the prompt's last tokens, so a continuation whose prompt ends inside a character completes it (vLLM
+    0.29.0 v1/engine/detokenizer.py primes its DecodeStream with the prompt IDs the same way)."""
+
+    def __init__(self, piece: Callable[[int], bytes], prompt_ids: list[int]) -> None:
+        self._piece = piece
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for token in prompt_ids[-_PRIME_TOKENS:]:
+            self._decoder.decode(piece(token))
+
+    def next(self, token: int) -> str:
+        return self._decoder.decode(self._piece(token))
+
+
 class Model:
     """The llama.cpp context and what a request needs from it. Not thread-safe: one worker thread uses it."""
 
@@ -218,9 +233,7 @@ class Model:
         llama = self.llama
         if not self.reuse_prefix:
             llama.reset()  # n_tokens 0: generate() finds no prefix to keep and evaluates the whole prompt
-        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        for token in job.prompt_ids[-_PRIME_TOKENS:]:
-            decoder.decode(self.piece(token, not job.skip_special))
+        text_of = TextStream(lambda token: self.piece(token, not job.skip_special), job.prompt_ids)
         s = job.sampling
         if s.seed is not None:
             llama.set_seed(s.seed)
@@ -231,12 +244,13 @@ class Model:
                                     typical_p=1.0, repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0,
                                     reset=True):
             count += 1
+            # bytes of a character not yet complete at the end stay unsent, as in vLLM's DecodeStream
             if self.is_end(token):
-                emit(token, decoder.decode(b"", final=True), "stop")
+                emit(token, "", "stop")
                 return count
-            text = decoder.decode(self.piece(token, not job.skip_special))
+            text = text_of.next(token)
             if count >= job.max_tokens:
-                emit(token, text + decoder.decode(b"", final=True), "length")
+                emit(token, text, "length")
                 return count
             emit(token, text, None)
             if cancelled.is_set():

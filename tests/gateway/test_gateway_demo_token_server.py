@@ -175,3 +175,16 @@ def test_a_client_gone_mid_answer_frees_the_model_for_the_next(server) -> None:
             "stream": True, "stream_options": {"include_usage": True}}
     events = _events(server + "/chat/completions", body)
     assert events[-1]["usage"]["completion_tokens"] == sum(1 for e in events[1:-1] if e["choices"])
+
+
+def test_a_character_split_across_the_break_is_completed() -> None:
+    """A byte-level BPE can split a character over tokens: here "é" (0xC3 0xA9) as two tokens of one byte.
+    The uninterrupted answer holds the first byte back and sends the character with the second; a continuation
+    whose prompt ends with the first byte sends it whole too, not a replacement character."""
+    from gennstack.gateway.demo_token_server import TextStream
+
+    pieces = {1: b"caf", 2: b"\xc3", 3: b"\xa9", 4: b" au lait"}
+    whole = TextStream(pieces.__getitem__, [])
+    assert [whole.next(t) for t in (1, 2, 3, 4)] == ["caf", "", "\u00e9", " au lait"]
+    rest = TextStream(pieces.__getitem__, [1, 2])  # cut after the first byte: the prompt ends inside the character
+    assert [rest.next(t) for t in (3, 4)] == ["\u00e9", " au lait"]
