@@ -74,8 +74,9 @@ def render(params: TraceParams = TraceParams(), workload: Workload = Workload(),
             f"{POOLS[name]}: {', '.join(gen.instance_types)} (spot ${min(spot):.5g}/h to ${max(spot):.5g}/h, on-demand "
             f"${min(on_demand):.5g}/h to ${max(on_demand):.5g}/h), {len(trace.bursts)} reclaim bursts on seed "
             f"{params.seed}, start {cold:g} s cold / {warm:g} s on a warm spare, drains on "
-            f"{', '.join(sorted(gen.drain_signals)) or 'no signal'}, {'moves' if gen.moves_back else 'never moves'} "
-            "back to spot")
+            f"{', '.join(sorted(gen.drain_signals)) or 'no signal'}, "
+            + ("moves back to spot with issue 31 (interruptions.return_to_spot, off by default)" if gen.moves_back
+               else "never moves back to spot"))
         if not detail:
             verdicts[-1] = (f"{POOLS[name]} {_verdict(mean_saving, statistics.mean(lost))} on the mean of seeds "
                             f"{seeds.start}-{seeds.stop - 1} ({mean_saving:.1%} cheaper, {statistics.mean(lost):.2%} lost)")

@@ -37,10 +37,13 @@ the read's ``resourceVersion``: a concurrent step's patch makes this one 409 and
 and a restarted Lambda loses nothing. Pod labels and costs are converged from the stored state after
 the patch, so a step cut off between the two is healed by the next.
 
-A helm upgrade that resets ``minReplicaCount`` during a move (Helm 3 merge-patches a custom
-resource from the old to the new manifest, so only a changed chart value does; a server-side apply
-with force resets it every time): the live value becomes the original and the move's raised value is
-re-applied above it; after the release, the live value is simply the original.
+A helm upgrade that resets ``minReplicaCount`` during a move (a release installed with client-side
+apply: Helm 3 merge-patches a custom resource from the old to the new manifest, so only a changed chart
+value does): the live value becomes the original and the move's raised value is re-applied above it;
+after the release, the live value is simply the original. A release installed with server-side apply
+(Helm 4, the pinned one) cannot reset it: its upgrade fails on a field conflict, since this merge patch
+takes ``spec.minReplicaCount`` from ``helm``; that is why ``interruptions.return_to_spot`` is off by
+default (docs/spot-drills.md).
 """
 
 from __future__ import annotations
