@@ -146,18 +146,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     routing.add_argument("--replicas", type=int, default=d.replicas, help="model servers (default: %(default)s)")
     routing.add_argument("--runs", type=int, default=d.runs, help="runs per policy, fresh servers each (default: %(default)s)")
     routing.add_argument("--seed", type=int, default=d.seed, help="seed of run 1; run k uses seed + k - 1 (default: %(default)s)")
-    routing.add_argument("--conversations", type=int, default=d.conversations, help="multi-turn: conversations at a time (default: %(default)s)")
+    routing.add_argument("--rates", default=",".join(f"{r:g}" for r in d.rates),
+                         help="the ladder: offered requests/s, comma separated, rising; Poisson arrivals (multi-turn: "
+                              "conversations at rate / --turns) (default: %(default)s)")
+    routing.add_argument("--conversations", type=int, default=d.conversations, help="multi-turn: conversations per level (default: %(default)s)")
     routing.add_argument("--turns", type=int, default=d.turns, help="multi-turn: turns per conversation (default: %(default)s)")
     routing.add_argument("--think-time", type=float, default=d.think_time_s, help="multi-turn: seconds between turns (default: %(default)s)")
     routing.add_argument("--prompt-tokens", type=int, default=d.prompt_tokens, help="multi-turn: tokens per user message (default: %(default)s)")
     routing.add_argument("--max-tokens", type=int, default=d.max_tokens, help="tokens per answer (default: %(default)s)")
-    routing.add_argument("--shared-requests", type=int, default=d.shared_requests, help="shared-prefix: requests (default: %(default)s)")
-    routing.add_argument("--shared-concurrency", type=int, default=d.shared_concurrency, help="shared-prefix: concurrency (default: %(default)s)")
+    routing.add_argument("--shared-requests", type=int, default=d.shared_requests, help="shared-prefix: requests per level (default: %(default)s)")
     routing.add_argument("--num-prefixes", type=int, default=d.num_prefixes, help="shared-prefix: system prompts (default: %(default)s)")
     routing.add_argument("--prefix-tokens", type=int, default=d.prefix_tokens, help="shared-prefix: tokens per system prompt (default: %(default)s)")
     routing.add_argument("--prefix-zipf", type=float, default=d.prefix_zipf, help="shared-prefix: Zipf exponent of the pick (default: %(default)s)")
     routing.add_argument("--question-tokens", type=int, default=d.question_tokens, help="shared-prefix: tokens per question (default: %(default)s)")
+    routing.add_argument("--slo", default=d.slo, help="the per-request SLO of the goodput, as gennstack bench --slo (default: %(default)s)")
+    routing.add_argument("--hash-balance-factor", type=int, default=None,
+                         help="prefix routing's bounded load, %% of the mean in flight (default: gateway.routing.hash_balance_factor)")
     routing.add_argument("--no-kill", action="store_true", help="skip the kill drill")
+    routing.add_argument("--kill-conversations", type=int, default=d.kill_conversations,
+                         help="kill drill: conversations at a time, closed loop (default: %(default)s)")
     routing.add_argument("--kill-after", type=float, default=d.kill_after,
                          help="kill drill: kill the busiest replica once this fraction of the run's requests was served (default: %(default)s)")
     routing.add_argument("--kill-turns", type=int, default=d.kill_turns, help="kill drill: turns per conversation (default: %(default)s)")
@@ -334,11 +341,13 @@ def run_compare_routing(args: argparse.Namespace) -> int:
 
     try:
         settings = rc.CompareSettings(
-            backend=args.backend, replicas=args.replicas, runs=args.runs, seed=args.seed, conversations=args.conversations,
-            turns=args.turns, think_time_s=args.think_time, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
-            shared_requests=args.shared_requests, shared_concurrency=args.shared_concurrency, num_prefixes=args.num_prefixes,
+            backend=args.backend, replicas=args.replicas, runs=args.runs, seed=args.seed, rates=rc.parse_rates(args.rates),
+            conversations=args.conversations, turns=args.turns, think_time_s=args.think_time, prompt_tokens=args.prompt_tokens,
+            max_tokens=args.max_tokens, shared_requests=args.shared_requests, num_prefixes=args.num_prefixes,
             prefix_tokens=args.prefix_tokens, prefix_zipf=args.prefix_zipf, question_tokens=args.question_tokens,
-            kill=not args.no_kill, kill_after=args.kill_after, kill_turns=args.kill_turns, health_interval_s=args.health_interval)
+            slo=args.slo, hash_balance_factor=args.hash_balance_factor, kill=not args.no_kill,
+            kill_conversations=args.kill_conversations, kill_after=args.kill_after, kill_turns=args.kill_turns,
+            health_interval_s=args.health_interval)
         if args.update_readme is not None and rc.README_START not in args.update_readme.read_text(encoding="utf-8"):
             raise rc.CompareError(f"--update-readme={str(args.update_readme)!r}: no {rc.README_START} block in it")
         result = rc.compare(settings, args.work_dir, log=lambda line: print(line, flush=True))

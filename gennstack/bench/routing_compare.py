@@ -1,4 +1,5 @@
-"""``gennstack bench compare-routing``: least-request against prefix-aware routing, measured on this machine.
+"""``gennstack bench compare-routing``: least-request against prefix-aware routing at equal offered rates,
+measured on this machine.
 
 What runs, all on 127.0.0.1:
 
@@ -10,13 +11,16 @@ What runs, all on 127.0.0.1:
   ``gpt-oss-20b`` (a gen3/g6e model, the generation whose routing is configurable), its routing set
   through :class:`gennstack.gateway.config.RoutingConfig`: ``least_request`` (Envoy Gateway's default) or
   ``prefix`` (consistent hash with bounded load on the prompt's leading messages);
-* ``gennstack bench`` through the gateway: the ``multi-turn`` workload (the TTFT target), then the
-  ``shared-prefix`` workload with a Zipf-skewed choice of system prompt (the share target).
+* ``gennstack bench`` through the gateway, open loop (:func:`gennstack.bench.runner.run_rate_level`): at each
+  offered rate of ``rates`` (requests/s, Poisson arrivals), the ``multi-turn`` workload (conversations arrive at
+  rate / turns, each sends its next turn ``think_time_s`` after the answer) and the ``shared-prefix`` workload
+  with a Zipf-skewed choice of system prompt.
 
-Each policy runs ``runs`` times with fresh servers (cold caches), the same seeds in the same order, so
-both see the same prompts. Per run: TTFT p50/p90, end-to-end p50, aggregate tokens/s, requests/s from
-the bench; per replica its share of the chat requests and its prefix-cache hit rate, from the server
-itself (:func:`parse_llama_server_log`: llama-cpp-python's own log; the mock's ``/stats``). Then, with
+Every (rate, workload) level runs on fresh servers (cold caches) under each policy, the two policies one after
+the other with the same seed, so both see the same arrival times and prompts. Per level: TTFT p50/p90 (multi-turn:
+first turn and later turns apart), end-to-end p50, the SLO attainment and goodput (:mod:`gennstack.bench.slo`),
+the requests/s completed; per replica its share of the chat requests and its prefix-cache hit rate, from the
+server itself (:func:`parse_llama_server_log`: llama-cpp-python's own log; the mock's ``/stats``). Then, with
 prefix routing, one replica is killed in the middle of a multi-turn run: what failed, and whether the
 conversations went on.
 
@@ -53,7 +57,7 @@ UPSTREAM_HEADER = "x-gennstack-upstream-host"  # the replica that answered, from
 RESULT_FILE = Path("benchmarks") / "results" / "prefix_routing_local.json"
 README_START = "<!-- prefix-routing:start -->"
 README_END = "<!-- prefix-routing:end -->"
-SCHEMA = "gennstack-routing-compare/1"
+SCHEMA = "gennstack-routing-compare/2"  # 2: open loop, a rate ladder
 
 
 class CompareError(Exception):
@@ -64,56 +68,80 @@ class CompareError(Exception):
 class CompareSettings:
     backend: str = "llama"  # llama (SmolLM2 on llama-cpp-python) or mock
     replicas: int = 3
-    runs: int = 3
+    runs: int = 1
     seed: int = 0
-    # multi-turn: `conversations` at a time, `turns` each, `think_time_s` between an answer and the next turn
-    conversations: int = 4
+    # the ladder: offered requests/s, Poisson arrivals (multi-turn: conversations at rate / turns)
+    rates: tuple[float, ...] = (0.25, 0.5)
+    # multi-turn: `conversations` per level, `turns` each, `think_time_s` between an answer and the next turn
+    conversations: int = 8
     turns: int = 4
     think_time_s: float = 1.0
     prompt_tokens: int = 60
     max_tokens: int = 16
-    # shared-prefix: `shared_requests` requests at `shared_concurrency`, `num_prefixes` system prompts of
-    # `prefix_tokens`, Zipf exponent `prefix_zipf`
-    shared_requests: int = 12
-    shared_concurrency: int = 3
+    # shared-prefix: `shared_requests` per level, `num_prefixes` system prompts of `prefix_tokens`, Zipf exponent
+    # `prefix_zipf`
+    shared_requests: int = 16
     num_prefixes: int = 8
     prefix_tokens: int = 300
     prefix_zipf: float = 1.1
     question_tokens: int = 24
-    # the kill drill: prefix routing; once the servers have served `kill_after` of a multi-turn run of `kill_turns`
-    # turns per conversation, the replica that served the most of it is killed
+    # per-request SLO of the goodput (gennstack.bench.slo.SLO.parse)
+    slo: str = "ttft_p90=2s,itl_p90=250ms"
+    # prefix routing's bounded load (gateway.routing.hash_balance_factor); None: the config's default
+    hash_balance_factor: int | None = None
+    # the kill drill: prefix routing, closed loop of `kill_conversations` conversations; once the servers have served
+    # `kill_after` of a multi-turn run of `kill_turns` turns per conversation, the replica that served the most of it
+    # is killed
     kill: bool = True
+    kill_conversations: int = 4
     kill_after: float = 0.5
     kill_turns: int = 6
     health_interval_s: int = 5  # the gateway's default (ResilienceConfig.health_interval_s)
 
     def __post_init__(self) -> None:
+        from gennstack.bench.config import ConfigError
+        from gennstack.bench.slo import SLO
+
+        rates_ok = (isinstance(self.rates, tuple) and len(self.rates) >= 1
+                    and all(isinstance(r, (int, float)) and math.isfinite(r) and r > 0 for r in self.rates)
+                    and list(self.rates) == sorted(set(self.rates)))
         checks = {
             "--backend": (self.backend in ("llama", "mock"), "llama or mock"),
             "--replicas": (2 <= self.replicas <= 8, "2 to 8"),
             "--runs": (1 <= self.runs <= 20, "1 to 20"),
+            "--rates": (rates_ok, "one or more rates above 0 requests/s, rising, comma separated"),
             "--conversations": (self.conversations >= 1, "at least 1"),
             "--turns": (self.turns >= 2, "at least 2 (turn 1 is the cold one)"),
             "--think-time": (self.think_time_s >= 0, "0 or more seconds"),
             "--prompt-tokens": (self.prompt_tokens >= 1, "at least 1"),
             "--max-tokens": (self.max_tokens >= 1, "at least 1"),
             "--shared-requests": (self.shared_requests >= 1, "at least 1"),
-            "--shared-concurrency": (self.shared_concurrency >= 1, "at least 1"),
             "--num-prefixes": (self.num_prefixes >= 1, "at least 1"),
             "--prefix-tokens": (self.prefix_tokens >= 1, "at least 1"),
             "--prefix-zipf": (math.isfinite(self.prefix_zipf) and self.prefix_zipf >= 0, "a finite number >= 0"),
+            "--hash-balance-factor": (self.hash_balance_factor is None or 100 <= self.hash_balance_factor <= 1000,
+                                      "100 to 1000 (gateway.routing.hash_balance_factor)"),
+            "--kill-conversations": (self.kill_conversations >= 1, "at least 1"),
             "--kill-after": (0 < self.kill_after < 1, "a fraction of the run's requests between 0 and 1"),
             "--kill-turns": (self.kill_turns >= 2, "at least 2"),
         }
         for flag, (ok, allowed) in checks.items():
             if not ok:
-                value = {"--backend": self.backend, "--replicas": self.replicas, "--runs": self.runs,
-                         "--conversations": self.conversations, "--turns": self.turns, "--think-time": self.think_time_s,
-                         "--prompt-tokens": self.prompt_tokens, "--max-tokens": self.max_tokens,
-                         "--shared-requests": self.shared_requests, "--shared-concurrency": self.shared_concurrency,
-                         "--num-prefixes": self.num_prefixes, "--prefix-tokens": self.prefix_tokens,
-                         "--prefix-zipf": self.prefix_zipf, "--kill-after": self.kill_after, "--kill-turns": self.kill_turns}[flag]
-                raise CompareError(f"{flag}={value!r}: must be {allowed}")
+                attribute = {"--think-time": "think_time_s", "--health-interval": "health_interval_s"}.get(
+                    flag, flag[2:].replace("-", "_"))
+                raise CompareError(f"{flag}={getattr(self, attribute)!r}: must be {allowed}")
+        try:
+            SLO.parse(self.slo)
+        except ConfigError as exc:
+            raise CompareError(str(exc)) from None
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``--rates 0.25,0.5``: the ladder's offered requests/s (CompareSettings checks that they rise)."""
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise CompareError(f"--rates={text!r}: must be requests/s, comma separated, such as 0.25,0.5") from None
 
 
 # ---- replicas -------------------------------------------------------------------------------------
@@ -208,7 +236,10 @@ def start_fleet(settings: CompareSettings, policy: str, workdir: Path) -> Iterat
 
     workdir.mkdir(parents=True, exist_ok=True)
     health = LLAMA_HEALTH_PATH if settings.backend == "llama" else MOCK_HEALTH_PATH
-    data = with_routing(frozen({"resilience": {"health_interval_s": settings.health_interval_s, "health_path": health}}), policy)
+    base: dict = {"resilience": {"health_interval_s": settings.health_interval_s, "health_path": health}}
+    if settings.hash_balance_factor is not None:
+        base["routing"] = {"hash_balance_factor": settings.hash_balance_factor}
+    data = with_routing(frozen(base), policy)
     config = GatewayConfig.model_validate(data)
     table = routing_table(config)
     replicas: list = []
@@ -252,25 +283,33 @@ def warm_up(replicas: Sequence) -> None:
 
 # ---- one measured bench run --------------------------------------------------------------------------
 
-def bench_config(settings: CompareSettings, base_url: str, workload: str, seed: int) -> BenchConfig:
+def bench_config(settings: CompareSettings, base_url: str, workload: str, seed: int, rate: float | None = None) -> BenchConfig:
+    """One level's bench: open loop at ``rate`` requests/s offered (multi-turn: conversations at rate / turns), or
+    the kill drill's closed loop (``workload`` "kill")."""
+    from gennstack.bench.slo import SLO
+
+    open_loop: dict = {}
     if workload == "multi-turn":
         load = Workload(kind="multi-turn", turns=settings.turns, think_time_s=settings.think_time_s)
-        concurrency, requests = settings.conversations, settings.conversations * settings.turns
-        prompt = settings.prompt_tokens
+        requests, prompt = settings.conversations * settings.turns, settings.prompt_tokens
+        open_loop = {"rates": (rate / settings.turns,)}
     elif workload == "shared-prefix":
         load = Workload(kind="shared-prefix", num_prefixes=settings.num_prefixes, prefix_tokens=settings.prefix_tokens,
                         prefix_zipf=settings.prefix_zipf)
-        concurrency, requests, prompt = settings.shared_concurrency, settings.shared_requests, settings.question_tokens
+        requests, prompt = settings.shared_requests, settings.question_tokens
+        open_loop = {"rates": (rate,)}
     else:  # the kill drill: longer conversations, so that they outlive the kill
         load = Workload(kind="multi-turn", turns=settings.kill_turns, think_time_s=settings.think_time_s)
-        concurrency, requests = settings.conversations, settings.conversations * settings.kill_turns
-        prompt = settings.prompt_tokens
+        requests, prompt = settings.kill_conversations * settings.kill_turns, settings.prompt_tokens
+    if open_loop and rate is None:
+        raise CompareError(f"{workload}: an open-loop level needs its rate")
     return BenchConfig(
-        base_url=base_url, model=MODEL, concurrency=(concurrency,),
+        base_url=base_url, model=MODEL, concurrency=(settings.kill_conversations,),
         prompt_tokens=Distribution.parse(str(prompt), option="--prompt-tokens"),
         max_tokens=Distribution.parse(str(settings.max_tokens), option="--max-tokens"),
         num_requests=requests, warmup_requests=0, request_timeout_s=300.0, stall_timeout_s=120.0,
         seed=seed, workload=load, record_header=UPSTREAM_HEADER, extra_body={"temperature": 0},
+        **open_loop, **({"arrival": "poisson", "slo": SLO.parse(settings.slo)} if open_loop else {}),
     )
 
 
@@ -306,15 +345,22 @@ def run_summary(result: dict, replicas: list[dict]) -> dict:
     m = level["metrics"]
     block = level.get("workload") or {}
     turns = block.get("turns") or []
+    later = block.get("later_turns_ttft_s") or {}
+    slo = level.get("slo") or {}
+    schedule = level.get("schedule") or {}
     shares = [r["share"] for r in replicas if r["share"] is not None]
     mean_share = 1 / len(replicas) if replicas else None
     return {
+        "rate_rps": level.get("rate_rps"), "offered_rps": schedule.get("offered_rps"),
+        "on_schedule": schedule.get("on_schedule"),
         "ttft_p50_s": m["ttft_s"]["p50"], "ttft_p90_s": m["ttft_s"]["p90"],
         "turn1_ttft_p50_s": turns[0]["ttft_s"]["p50"] if turns else None,
-        "later_turns_ttft_p50_s": (block.get("later_turns_ttft_s") or {}).get("p50"),
+        "turn1_ttft_p90_s": turns[0]["ttft_s"]["p90"] if turns else None,
+        "later_turns_ttft_p50_s": later.get("p50"), "later_turns_ttft_p90_s": later.get("p90"),
         "e2e_p50_s": m["e2e_s"]["p50"],
         "aggregate_output_tokens_per_s": level["aggregate_output_tokens_per_s"],
         "requests_per_s": level["requests_per_s"],
+        "slo_attainment": slo.get("attainment"), "goodput_rps": slo.get("goodput_rps"),
         "completed": level["requests"]["completed"], "failed": level["requests"]["failed"],
         "max_share_over_mean": (max(shares) / mean_share) if shares and mean_share else None,
         "replicas": replicas,
@@ -322,13 +368,13 @@ def run_summary(result: dict, replicas: list[dict]) -> dict:
     }
 
 
-def measured_run(fleet: Fleet, settings: CompareSettings, workload: str, seed: int, out: Path) -> dict:
+def measured_run(fleet: Fleet, settings: CompareSettings, workload: str, seed: int, out: Path, rate: float) -> dict:
     before = fleet.counters()
-    result = run_bench(bench_config(settings, fleet.base_url, workload, seed), out)
+    result = run_bench(bench_config(settings, fleet.base_url, workload, seed, rate), out)
     after = fleet.counters()
     rows = replica_rows([r.name for r in fleet.replicas], [a.minus(b) for a, b in zip(after, before)],
                         result["levels"][0].get("upstreams"))
-    return run_summary(result, rows)
+    return {**run_summary(result, rows), "rate_rps": rate}
 
 
 # ---- the kill drill ----------------------------------------------------------------------------------
@@ -423,16 +469,22 @@ def median(values: Sequence[float | None]) -> float | None:
     return statistics.median(data) if data else None
 
 
+WORKLOADS = ("multi-turn", "shared-prefix")
+SUMMARY_KEYS = ("ttft_p50_s", "ttft_p90_s", "turn1_ttft_p50_s", "turn1_ttft_p90_s", "later_turns_ttft_p50_s",
+                "later_turns_ttft_p90_s", "e2e_p50_s", "aggregate_output_tokens_per_s", "requests_per_s", "offered_rps",
+                "slo_attainment", "goodput_rps", "max_share_over_mean", "cache_hit_rate")
+
+
 def aggregate(runs: list[dict]) -> dict:
-    """Medians over the runs. Replicas are fresh servers in every run, so they are compared by rank: per run the
-    busiest first, then the median share and cache hit rate of each rank."""
-    keys = ("ttft_p50_s", "ttft_p90_s", "turn1_ttft_p50_s", "later_turns_ttft_p50_s", "e2e_p50_s",
-            "aggregate_output_tokens_per_s", "requests_per_s", "max_share_over_mean", "cache_hit_rate")
+    """Medians over the runs of one level. Replicas are fresh servers in every run, so they are compared by rank: per
+    run the busiest first, then the median share and cache hit rate of each rank."""
     for r in runs:
         prompt = sum(row["prompt_tokens"] for row in r["replicas"])
         r["cache_hit_rate"] = sum(row["cached_tokens"] for row in r["replicas"]) / prompt if prompt else None
-    out = {key: median([r[key] for r in runs]) for key in keys}
+    out = {key: median([r.get(key) for r in runs]) for key in SUMMARY_KEYS}
+    out["rate_rps"] = runs[0]["rate_rps"]
     out["failed"] = sum(r["failed"] for r in runs)
+    out["on_schedule"] = all(r.get("on_schedule") for r in runs)
     ranked = [sorted(r["replicas"], key=lambda row: -(row["requests"] or 0)) for r in runs]
     out["replicas"] = [{"rank": i + 1,
                         "share": median([rows[i]["share"] for rows in ranked]),
@@ -441,17 +493,34 @@ def aggregate(runs: list[dict]) -> dict:
     return out
 
 
+def rate_key(rate: float) -> str:
+    return f"{rate:g}"
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
 def targets(results: dict) -> dict:
-    """The issue's targets, from the medians: multi-turn TTFT p50 at least 2x lower with prefix routing; no replica
-    above 1.25x the mean share on the skewed shared prefix; after a kill nothing fails past one health interval."""
-    mt = results["policies"]
-    out = {}
-    lr, pa = mt["least_request"]["multi-turn"]["ttft_p50_s"], (mt.get("prefix") or {}).get("multi-turn", {}).get("ttft_p50_s")
-    out["multi_turn_ttft_p50_speedup"] = (lr / pa) if lr and pa else None
-    out["multi_turn_ttft_met"] = out["multi_turn_ttft_p50_speedup"] is not None and out["multi_turn_ttft_p50_speedup"] >= 2
-    share = (mt.get("prefix") or {}).get("shared-prefix", {}).get("max_share_over_mean")
-    out["shared_prefix_max_share_over_mean"] = share
-    out["shared_prefix_share_met"] = share is not None and share <= 1.25 + 1e-9  # 5/12 of 12 requests is 1.25x
+    """Issue 32's targets per rate of the ladder, multi-turn, from the medians: prefix-aware beats least-request on
+    later-turn TTFT p50 by at least 1.5x and on later-turn TTFT p90, and worsens first-turn TTFT p90 by at most 10 %;
+    after a kill nothing fails past one health interval."""
+    by = results["policies"]
+    per_rate = {}
+    if "prefix" in by:
+        for key, lr in by["least_request"]["multi-turn"].items():
+            pa = by["prefix"]["multi-turn"].get(key)
+            if pa is None:
+                continue
+            p50 = _ratio(lr["later_turns_ttft_p50_s"], pa["later_turns_ttft_p50_s"])
+            p90 = _ratio(lr["later_turns_ttft_p90_s"], pa["later_turns_ttft_p90_s"])
+            first = _ratio(pa["turn1_ttft_p90_s"], lr["turn1_ttft_p90_s"])
+            row = {"later_turns_ttft_p50_speedup": p50, "later_turns_ttft_p50_met": p50 is not None and p50 >= 1.5,
+                   "later_turns_ttft_p90_speedup": p90, "later_turns_ttft_p90_met": p90 is not None and p90 > 1,
+                   "turn1_ttft_p90_ratio": first, "turn1_ttft_p90_met": first is not None and first <= 1.10 + 1e-9}
+            row["met"] = row["later_turns_ttft_p50_met"] and row["later_turns_ttft_p90_met"] and row["turn1_ttft_p90_met"]
+            per_rate[key] = row
+    out: dict = {"multi_turn": per_rate, "multi_turn_met": bool(per_rate) and all(r["met"] for r in per_rate.values())}
     drill = results.get("kill")
     out["kill_met"] = (drill is not None and drill["failed_after_one_interval"] == 0
                        and drill["conversations_all_later_turns_completed"] == drill["conversations_after_kill"]
@@ -459,8 +528,17 @@ def targets(results: dict) -> dict:
     return out
 
 
+def prefix_routing_settings(settings: CompareSettings) -> dict:
+    """The prefix policy's knobs this comparison ran with (gateway.routing): the key's bytes and the bounded load."""
+    from gennstack.gateway.config import RoutingConfig
+
+    default = RoutingConfig()
+    factor = settings.hash_balance_factor if settings.hash_balance_factor is not None else default.hash_balance_factor
+    return {"prefix_bytes": default.prefix_bytes, "hash_balance_factor": factor}
+
+
 def compare(settings: CompareSettings, output_dir: Path, *, log=print) -> dict:
-    """Run everything, each run's files under ``output_dir``; return the result (:func:`write` stores it)."""
+    """Run everything, each level's files under ``output_dir``; return the result (:func:`write` stores it)."""
     started = datetime.now(timezone.utc)
     output_dir = output_dir / started.strftime("%Y%m%dT%H%M%SZ")
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -469,18 +547,22 @@ def compare(settings: CompareSettings, output_dir: Path, *, log=print) -> dict:
     if not prefix_routing_available():
         log("this gateway has no prefix routing (gennstack.gateway.config.GatewayConfig.routing): least request only")
         policies = ["least_request"]
-    raw: dict[str, dict[str, list[dict]]] = {p: {"multi-turn": [], "shared-prefix": []} for p in policies}
+    raw: dict[str, dict[str, dict[str, list[dict]]]] = {
+        p: {w: {rate_key(r): [] for r in settings.rates} for w in WORKLOADS} for p in policies}
     for run in range(settings.runs):
-        for policy in policies:  # alternate, so that a change in the machine's load hits both
-            where = output_dir / "runs" / f"{policy}-{run + 1}"
-            log(f"run {run + 1}/{settings.runs}: {policy}")
-            with start_fleet(settings, policy, where / "fleet") as fleet:
-                for workload in ("multi-turn", "shared-prefix"):
-                    raw[policy][workload].append(measured_run(fleet, settings, workload, settings.seed + run, where / workload))
+        for rate in settings.rates:
+            for workload in WORKLOADS:
+                for policy in policies:  # one after the other, so that a change in the machine's load hits both
+                    where = output_dir / "runs" / f"{policy}-{run + 1}" / f"{workload}-{rate_key(rate)}"
+                    log(f"run {run + 1}/{settings.runs}: {workload} at {rate:g} requests/s, {policy}")
+                    with start_fleet(settings, policy, where / "fleet") as fleet:  # fresh servers, cold caches
+                        raw[policy][workload][rate_key(rate)].append(
+                            measured_run(fleet, settings, workload, settings.seed + run, where / "bench", rate))
     result = {
         "schema": SCHEMA, "started_at": started.isoformat(timespec="seconds"), "settings": asdict(settings),
-        "work_dir": str(output_dir),
-        "machine": host, "policies": {p: {w: aggregate(runs) for w, runs in by.items()} for p, by in raw.items()},
+        "work_dir": str(output_dir), "machine": host, "prefix_routing": prefix_routing_settings(settings),
+        "policies": {p: {w: {k: aggregate(runs) for k, runs in levels.items()} for w, levels in by.items()}
+                     for p, by in raw.items()},
         "runs": raw,
     }
     if settings.kill and "prefix" in policies:
@@ -514,49 +596,68 @@ def _x(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
+def _num(value: float | None, fmt: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, fmt)
+
+
 def markdown(result: dict) -> str:
-    """The comparison as the README shows it (generated from comparison.json alone)."""
-    s, host = result["settings"], result["machine"]
+    """The comparison as the README shows it (generated from the result JSON alone)."""
+    s, host, knobs = result["settings"], result["machine"], result["prefix_routing"]
     backend = ("SmolLM2-135M-Instruct on llama-cpp-python (prompt cache on)" if s["backend"] == "llama"
                else "mock servers with a simulated prefix cache")
+    rates = ", ".join(f"{r:g}" for r in s["rates"])
+    runs = (f"{s['runs']} runs per level, seeds {s['seed']}..{s['seed'] + s['runs'] - 1}, medians over the runs"
+            if s["runs"] > 1 else f"1 run per level, seed {s['seed']}")
     lines = [
-        f"Local comparison: {s['replicas']} replicas of {backend} behind the local gateway (real Envoy), "
-        f"{s['runs']} runs per policy with fresh servers, seeds {s['seed']}..{s['seed'] + s['runs'] - 1} for both; "
-        f"medians over the runs (replicas by rank, busiest first). Cache hit rate: prompt tokens the servers report as a "
-        f"prefix-cache hit over all prompt tokens they report. Multi-turn: {s['conversations']} conversations at a time, {s['turns']} turns, "
+        f"Local comparison, open loop: {s['replicas']} replicas of {backend} behind the local gateway (real Envoy). "
+        f"Poisson arrivals at {rates} requests/s offered; every level on fresh servers (cold caches) under each policy, "
+        f"the same seed and arrival times for both; {runs}. Prefix-aware: Maglev on the first "
+        f"{knobs['prefix_bytes']:,} bytes of the prompt's leading messages, bounded load {knobs['hash_balance_factor']} %. "
+        f"Multi-turn: {s['conversations']} conversations per level arriving at rate / {s['turns']}, {s['turns']} turns, "
         f"{s['prompt_tokens']}-token user messages, {s['max_tokens']}-token answers, {s['think_time_s']:g} s think time. "
-        f"Shared prefix: {s['shared_requests']} requests at concurrency {s['shared_concurrency']}, {s['num_prefixes']} system "
-        f"prompts of {s['prefix_tokens']} tokens picked with Zipf exponent {s['prefix_zipf']:g}, {s['question_tokens']}-token questions.",
+        f"Shared prefix: {s['shared_requests']} requests per level, {s['num_prefixes']} system prompts of {s['prefix_tokens']} "
+        f"tokens picked with Zipf exponent {s['prefix_zipf']:g}, {s['question_tokens']}-token questions. Goodput: "
+        f"requests/s within every per-request SLO ({s['slo']}); attainment: their share. Cache hit rate: prompt tokens the "
+        f"servers report as a prefix-cache hit over all prompt tokens they report.",
         "",
         f"Machine: {host['cores']} cores ({host['cpu_model']}), {host['memory_gib']} GiB memory, shared with other work "
         f"while it ran (1-minute load average {host['load_average_1m']} before, {host.get('load_average_1m_after', 'n/a')} after).",
         "",
-        "| routing | workload | TTFT p50 | TTFT p90 | turn 1 TTFT p50 | later turns TTFT p50 | e2e p50 | output tok/s | requests/s "
-        "| failed | cache hit rate | request share per replica, busiest first | its cache hit rate |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | offered req/s | routing | TTFT p50 | TTFT p90 | turn 1 TTFT p50 | turn 1 TTFT p90 | later turns TTFT p50 "
+        "| later turns TTFT p90 | e2e p50 | completed req/s | SLO attainment | goodput req/s | failed | cache hit rate "
+        "| request share per replica, busiest first |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for policy, by in result["policies"].items():
-        for workload, agg in by.items():
-            shares = " / ".join(_pct(r["share"]) for r in agg["replicas"])
-            hits = " / ".join(_pct(r["cache_hit_rate"]) for r in agg["replicas"])
-            turn1 = _ms(agg["turn1_ttft_p50_s"]) if workload == "multi-turn" else "–"
-            later = _ms(agg["later_turns_ttft_p50_s"]) if workload == "multi-turn" else "–"
-            lines.append(
-                f"| {policy.replace('_', '-')} | {workload} | {_ms(agg['ttft_p50_s'])} | {_ms(agg['ttft_p90_s'])} | {turn1} | "
-                f"{later} | {_ms(agg['e2e_p50_s'])} | {agg['aggregate_output_tokens_per_s']:.1f} | "
-                f"{agg['requests_per_s']:.2f} | {agg['failed']} | {_pct(agg['cache_hit_rate'])} | {shares} | {hits} |")
+    by = result["policies"]
+    for workload in WORKLOADS:
+        for rate in s["rates"]:
+            for policy in by:
+                agg = by[policy][workload][rate_key(rate)]
+                shares = " / ".join(_pct(r["share"]) for r in agg["replicas"])
+                mt = workload == "multi-turn"
+                turn_cells = [_ms(agg[k]) if mt else "–" for k in
+                              ("turn1_ttft_p50_s", "turn1_ttft_p90_s", "later_turns_ttft_p50_s", "later_turns_ttft_p90_s")]
+                lines.append(
+                    f"| {workload} | {rate:g} | {policy.replace('_', '-')} | {_ms(agg['ttft_p50_s'])} | {_ms(agg['ttft_p90_s'])} | "
+                    f"{' | '.join(turn_cells)} | {_ms(agg['e2e_p50_s'])} | {_num(agg['requests_per_s'])} | "
+                    f"{_pct(agg['slo_attainment'])} | {_num(agg['goodput_rps'])} | {agg['failed']} | "
+                    f"{_pct(agg['cache_hit_rate'])} | {shares} |")
     t = result["targets"]
-    lines += ["", "Targets (issue 24):", ""]
-    lines.append(f"- multi-turn TTFT p50, least-request / prefix-aware: {_x(t['multi_turn_ttft_p50_speedup'])} "
-                 f"(target >= 2x: {'met' if t['multi_turn_ttft_met'] else 'missed'})")
-    lines.append(f"- shared prefix, busiest replica's share / mean share with prefix-aware routing: "
-                 f"{_x(t['shared_prefix_max_share_over_mean'])} (target <= 1.25x: {'met' if t['shared_prefix_share_met'] else 'missed'})")
+    lines += ["", "Targets (issue 32), multi-turn, prefix-aware against least-request at each offered rate:", ""]
+    for key, row in t["multi_turn"].items():
+        lines.append(
+            f"- {key} requests/s: later-turn TTFT p50 {_x(row['later_turns_ttft_p50_speedup'])} lower "
+            f"(target >= 1.5x: {'met' if row['later_turns_ttft_p50_met'] else 'missed'}), later-turn TTFT p90 "
+            f"{_x(row['later_turns_ttft_p90_speedup'])} lower (target > 1x: {'met' if row['later_turns_ttft_p90_met'] else 'missed'}), "
+            f"first-turn TTFT p90 {_x(row['turn1_ttft_p90_ratio'])} least-request's "
+            f"(target <= 1.10x: {'met' if row['turn1_ttft_p90_met'] else 'missed'})")
     drill = result.get("kill")
     if drill is None:
         lines.append("- kill drill: not run")
     else:
         lines.append(
-            f"- kill drill (prefix-aware): {drill['killed']} killed {drill['kill_s']:.1f} s into a multi-turn run of "
+            f"- kill drill (prefix-aware, closed loop of {s['kill_conversations']} conversations): {drill['killed']} killed "
+            f"{drill['kill_s']:.1f} s into a multi-turn run of "
             f"{drill['requests']} requests; {drill['failed']} failed ({', '.join(f'{k}: {v}' for k, v in drill['failed_by_class'].items()) or 'none'}), "
             f"{drill['failed_after_one_interval']} of the {drill['sent_after_one_interval']} sent more than one health-check "
             f"interval ({drill['health_interval_s']} s) after the kill; {drill['conversations_all_later_turns_completed']} of "

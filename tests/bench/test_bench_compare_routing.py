@@ -17,9 +17,9 @@ import pytest
 from gennstack.bench import routing_compare as rc
 from tests.support import ROOT
 
-SMALL = rc.CompareSettings(backend="mock", runs=1, conversations=3, turns=3, think_time_s=0.05, prompt_tokens=20,
-                           max_tokens=6, shared_requests=12, prefix_tokens=60, question_tokens=8, kill_after=0.3,
-                           kill_turns=30, health_interval_s=1)
+SMALL = rc.CompareSettings(backend="mock", runs=1, rates=(4.0, 8.0), conversations=3, turns=3, think_time_s=0.05,
+                           prompt_tokens=20, max_tokens=6, shared_requests=12, prefix_tokens=60, question_tokens=8,
+                           kill_conversations=3, kill_after=0.3, kill_turns=30, health_interval_s=1)
 
 
 @pytest.fixture(scope="module")
@@ -35,25 +35,36 @@ def test_both_policies_run_the_same_load_and_every_request_is_accounted_for(smal
     work = Path(result["work_dir"])
     sent = {}
     for policy, by in result["runs"].items():
-        for workload, runs in by.items():
-            (run,) = runs
-            replicas = run["replicas"]
-            names = [r["replica"] for r in replicas]
-            assert all(name.startswith("127.0.0.1:") for name in names)
-            # every measured request's answer named its replica (x-gennstack-upstream-host), and only these
-            assert set(run["upstreams"]) <= set(names)
-            assert sum(r["requests"] for r in replicas) == run["completed"] + run["failed"] == sum(run["upstreams"].values())
-            assert sum(r["share"] for r in replicas) == pytest.approx(1.0)
-            # the servers counted the same requests (nothing failed, so no retries), and their caches some hits
-            assert sum(r["server_chat_requests"] for r in replicas) == run["completed"] and run["failed"] == 0
-            assert all(0 <= (r["cache_hit_rate"] or 0) <= 1 for r in replicas)
-            with (work / "runs" / f"{policy}-1" / workload / "requests.csv").open() as fh:
-                rows = list(csv.DictReader(fh))
-            sent[(policy, workload)] = sorted((r["conversation"], r["turn"], r["prompt_tokens_requested"]) for r in rows)
-    # same seed, same load: the same conversations, turns and lengths under both policies
-    for workload in ("multi-turn", "shared-prefix"):
-        assert sent[("least_request", workload)] == sent[("prefix", workload)]
-    assert len(sent[("prefix", "multi-turn")]) == SMALL.conversations * SMALL.turns
+        for workload, levels in by.items():
+            assert set(levels) == {"4", "8"}
+            for key, (run,) in levels.items():
+                assert run["rate_rps"] == float(key)
+                replicas = run["replicas"]
+                names = [r["replica"] for r in replicas]
+                assert all(name.startswith("127.0.0.1:") for name in names)
+                # every measured request's answer named its replica (x-gennstack-upstream-host), and only these
+                assert set(run["upstreams"]) <= set(names)
+                assert sum(r["requests"] for r in replicas) == run["completed"] + run["failed"] == sum(run["upstreams"].values())
+                assert sum(r["share"] for r in replicas) == pytest.approx(1.0)
+                # fresh servers per level: they counted this level's requests and no other (nothing failed, no retries)
+                assert sum(r["server_chat_requests"] for r in replicas) == run["completed"] and run["failed"] == 0
+                assert all(0 <= (r["cache_hit_rate"] or 0) <= 1 for r in replicas)
+                assert 0 <= run["slo_attainment"] <= 1 and run["goodput_rps"] >= 0
+                with (work / "runs" / f"{policy}-1" / f"{workload}-{key}" / "bench" / "requests.csv").open() as fh:
+                    rows = list(csv.DictReader(fh))
+                # open loop: each request carries the time it was due on the level's seeded schedule
+                sent[(policy, workload, key)] = sorted((r["conversation"], r["turn"], r["prompt_tokens_requested"]) for r in rows)
+                if workload == "shared-prefix":
+                    sent[(policy, workload, key, "due")] = sorted(round(float(r["due_s"]), 6) for r in rows)
+    # same seed, same load: the same conversations, turns, lengths (and arrival times) under both policies
+    for key in ("4", "8"):
+        for workload in ("multi-turn", "shared-prefix"):
+            assert sent[("least_request", workload, key)] == sent[("prefix", workload, key)]
+        assert sent[("least_request", "shared-prefix", key, "due")] == sent[("prefix", "shared-prefix", key, "due")]
+        assert len(sent[("prefix", "multi-turn", key)]) == SMALL.conversations * SMALL.turns
+        assert len(sent[("prefix", "shared-prefix", key)]) == SMALL.shared_requests
+    # the two rates are two schedules
+    assert sent[("prefix", "shared-prefix", "4", "due")] != sent[("prefix", "shared-prefix", "8", "due")]
 
 
 def test_prefix_routing_keeps_a_conversation_on_one_replica(small_run) -> None:
@@ -61,13 +72,13 @@ def test_prefix_routing_keeps_a_conversation_on_one_replica(small_run) -> None:
     (the gateway's prefix key is its first messages), so that replica's cache holds the history."""
     result, _ = small_run
     work = Path(result["work_dir"])
-    with (work / "runs" / "prefix-1" / "multi-turn" / "requests.csv").open() as fh:
+    with (work / "runs" / "prefix-1" / "multi-turn-4" / "bench" / "requests.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     by_conversation: dict[str, set[str]] = {}
     for row in rows:
         by_conversation.setdefault(row["conversation"], set()).add(row["upstream"])
     assert all(len(hosts) == 1 for hosts in by_conversation.values()), by_conversation
-    hit = result["runs"]["prefix"]["multi-turn"][0]["replicas"]
+    hit = result["runs"]["prefix"]["multi-turn"]["4"][0]["replicas"]
     cached = sum(r["cached_tokens"] for r in hit)
     assert cached > 0.5 * sum(r["prompt_tokens"] for r in hit)  # later turns resend what the replica holds
 
@@ -79,7 +90,7 @@ def test_the_kill_drill_moves_the_victims_conversations_and_fails_only_what_was_
     assert drill["victim_conversations_moved"] == drill["victim_conversations"]
     assert drill["sent_after_one_interval"] > 0 and drill["failed_after_one_interval"] == 0
     assert set(drill["failed_by_class"]) <= {"broken_stream", "connection_error"}
-    assert drill["failed"] <= SMALL.conversations  # at most the streams in flight when it died
+    assert drill["failed"] <= SMALL.kill_conversations  # at most the streams in flight when it died
     assert drill["conversations_all_later_turns_completed"] == drill["conversations_after_kill"]
     assert drill["killed"] not in {k for k, v in (drill["upstreams"] or {}).items() if v == 0}
 
@@ -92,8 +103,14 @@ def test_the_table_is_written_beside_the_result_and_names_the_machine(small_run,
     assert rc.load(tmp_path / "out.json") == json.loads((tmp_path / "out.json").read_text())
     host = result["machine"]
     assert f"Machine: {host['cores']} cores ({host['cpu_model']}), {host['memory_gib']} GiB memory" in text
-    assert text.count("\n| least-request |") == 2 and text.count("\n| prefix |") == 2
-    assert "target >= 2x" in text and "target <= 1.25x" in text and "kill drill (prefix-aware)" in text
+    # one row per workload, rate and policy; the targets per rate
+    for workload in ("multi-turn", "shared-prefix"):
+        for rate in ("4", "8"):
+            assert text.count(f"\n| {workload} | {rate} | least-request |") == 1
+            assert text.count(f"\n| {workload} | {rate} | prefix |") == 1
+    assert text.count("(target >= 1.5x: ") == 2 and text.count("(target <= 1.10x: ") == 2
+    assert "kill drill (prefix-aware, closed loop of 3 conversations)" in text
+    assert "Poisson arrivals at 4, 8 requests/s offered" in text
     readme = tmp_path / "README.md"
     readme.write_text(f"before\n{rc.README_START}\nold\n{rc.README_END}\nafter\n")
     rc.update_readme(readme, rc.markdown(result))
@@ -106,6 +123,10 @@ def test_the_table_is_written_beside_the_result_and_names_the_machine(small_run,
     ({"prefix_zipf": -1.0}, "--prefix-zipf=-1.0: must be a finite number >= 0"),
     ({"backend": "vllm"}, "--backend='vllm': must be llama or mock"),
     ({"think_time_s": -0.5}, "--think-time=-0.5: must be 0 or more seconds"),
+    ({"rates": (0.5, 0.25)}, "--rates=(0.5, 0.25): must be one or more rates above 0 requests/s, rising"),
+    ({"rates": (0.0,)}, "--rates=(0.0,): must be one or more rates above 0 requests/s, rising"),
+    ({"hash_balance_factor": 99}, "--hash-balance-factor=99: must be 100 to 1000"),
+    ({"slo": "ttft=fast"}, "--slo='ttft=fast': cannot read"),
 ])
 def test_bad_settings_get_a_clear_message(kwargs, message) -> None:
     with pytest.raises(rc.CompareError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
