@@ -146,9 +146,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     routing.add_argument("--replicas", type=int, default=d.replicas, help="model servers (default: %(default)s)")
     routing.add_argument("--runs", type=int, default=d.runs, help="runs per policy, fresh servers each (default: %(default)s)")
     routing.add_argument("--seed", type=int, default=d.seed, help="seed of run 1; run k uses seed + k - 1 (default: %(default)s)")
-    routing.add_argument("--rates", default=",".join(f"{r:g}" for r in d.rates),
+    routing.add_argument("--rates", default=None,
                          help="the ladder: offered requests/s, comma separated, rising; Poisson arrivals (multi-turn: "
-                              "conversations at rate / --turns) (default: %(default)s)")
+                              "conversations at rate / --turns) (default: " + "; ".join(
+                                  f"{b}: {','.join(f'{r:g}' for r in rates)}" for b, rates in routing_compare.DEFAULT_RATES.items()) + ")")
     routing.add_argument("--conversations", type=int, default=d.conversations, help="multi-turn: conversations per level (default: %(default)s)")
     routing.add_argument("--turns", type=int, default=d.turns, help="multi-turn: turns per conversation (default: %(default)s)")
     routing.add_argument("--think-time", type=float, default=d.think_time_s, help="multi-turn: seconds between turns (default: %(default)s)")
@@ -174,6 +175,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="the comparison (JSON), its markdown table beside it (.md) (default: %(default)s)")
     routing.add_argument("--work-dir", type=Path, default=Path("bench-results") / "compare-routing",
                          help="each run's bench results and server logs (default: %(default)s)")
+    routing.add_argument("--from-result", type=Path, metavar="JSON",
+                         help="run nothing: write the table (and --update-readme) again from this comparison's JSON, its "
+                              "targets recomputed")
     routing.add_argument("--update-readme", type=Path, metavar="README",
                          help="replace the block between <!-- prefix-routing:start/end --> in README with comparison.md")
     routing.set_defaults(func=run_compare_routing)
@@ -341,7 +345,8 @@ def run_compare_routing(args: argparse.Namespace) -> int:
 
     try:
         settings = rc.CompareSettings(
-            backend=args.backend, replicas=args.replicas, runs=args.runs, seed=args.seed, rates=rc.parse_rates(args.rates),
+            backend=args.backend, replicas=args.replicas, runs=args.runs, seed=args.seed,
+            rates=None if args.rates is None else rc.parse_rates(args.rates),
             conversations=args.conversations, turns=args.turns, think_time_s=args.think_time, prompt_tokens=args.prompt_tokens,
             max_tokens=args.max_tokens, shared_requests=args.shared_requests, num_prefixes=args.num_prefixes,
             prefix_tokens=args.prefix_tokens, prefix_zipf=args.prefix_zipf, question_tokens=args.question_tokens,
@@ -350,7 +355,11 @@ def run_compare_routing(args: argparse.Namespace) -> int:
             health_interval_s=args.health_interval)
         if args.update_readme is not None and rc.README_START not in args.update_readme.read_text(encoding="utf-8"):
             raise rc.CompareError(f"--update-readme={str(args.update_readme)!r}: no {rc.README_START} block in it")
-        result = rc.compare(settings, args.work_dir, log=lambda line: print(line, flush=True))
+        if args.from_result is not None:
+            result = rc.load(args.from_result)
+            result["targets"] = rc.targets(result)
+        else:
+            result = rc.compare(settings, args.work_dir, log=lambda line: print(line, flush=True))
     except (rc.CompareError, OSError) as exc:
         print(f"gennstack bench compare-routing: error: {exc}", file=sys.stderr)
         return 2

@@ -157,3 +157,24 @@ def test_the_readme_table_is_the_committed_comparison() -> None:
     assert result["settings"]["backend"] == "llama" and result["settings"]["replicas"] == 3
     assert set(result["policies"]) == {"least_request", "prefix"}
     assert result["targets"] == rc.targets(result)
+
+
+def _level(turn1_p90: float, later_p50: float, later_p90: float) -> dict:
+    return {"turn1_ttft_p90_s": turn1_p90, "later_turns_ttft_p50_s": later_p50, "later_turns_ttft_p90_s": later_p90}
+
+
+def test_the_targets_are_checked_at_every_rate_of_the_ladder() -> None:
+    """Issue 32's targets, per rate: later-turn TTFT p50 >= 1.5x lower and p90 lower with prefix routing, first-turn
+    TTFT p90 at most 10 % higher; one rate that misses one of them misses the ladder."""
+    least = {"0.1": _level(2.0, 3.0, 6.0), "0.2": _level(2.0, 3.0, 6.0)}
+    prefix = {"0.1": _level(2.2, 2.0, 5.9), "0.2": _level(2.21, 1.0, 2.0)}
+    result = {"policies": {"least_request": {"multi-turn": least}, "prefix": {"multi-turn": prefix}}, "kill": None}
+    t = rc.targets(result)
+    low, high = t["multi_turn"]["0.1"], t["multi_turn"]["0.2"]
+    assert low["later_turns_ttft_p50_speedup"] == pytest.approx(1.5) and low["later_turns_ttft_p50_met"]
+    assert low["later_turns_ttft_p90_met"] and low["turn1_ttft_p90_ratio"] == pytest.approx(1.1) and low["turn1_ttft_p90_met"]
+    assert low["met"]
+    assert high["later_turns_ttft_p50_met"] and high["later_turns_ttft_p90_met"] and not high["turn1_ttft_p90_met"]
+    assert not high["met"] and not t["multi_turn_met"] and not t["kill_met"]
+    prefix["0.2"] = _level(2.0, 1.0, 6.0)  # p90 no better: missed
+    assert not rc.targets(result)["multi_turn"]["0.2"]["later_turns_ttft_p90_met"]
