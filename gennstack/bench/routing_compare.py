@@ -561,7 +561,7 @@ def saturated_rates(results: dict) -> set[str]:
         for levels in by.values():
             for key, agg in levels.items():
                 offered, done = agg.get("offered_rps"), agg.get("requests_per_s")
-                if offered and done is not None and done < SATURATED_SHARE * offered:
+                if offered and done is not None and done < SATURATED_SHARE * offered - 1e-9:
                     out.add(key)
     return out
 
@@ -726,8 +726,11 @@ def update_readme(readme: Path, block: str) -> None:
 
 
 def load(path: Path) -> dict:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if data.get("schema") != SCHEMA:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise CompareError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise CompareError(f"{path}: not a compare-routing result (expected schema {SCHEMA!r})")
     return data
 

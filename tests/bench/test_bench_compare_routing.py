@@ -178,3 +178,47 @@ def test_the_targets_are_checked_at_every_rate_of_the_ladder() -> None:
     assert not high["met"] and not t["multi_turn_met"] and not t["kill_met"]
     prefix["0.2"] = _level(2.0, 1.0, 6.0)  # p90 no better: missed
     assert not rc.targets(result)["multi_turn"]["0.2"]["later_turns_ttft_p90_met"]
+
+
+def test_from_result_writes_the_table_again_without_running(small_run, bench_parser, tmp_path, monkeypatch) -> None:
+    result, _ = small_run
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({**result, "targets": {}}))  # stale targets: the command computes them again
+    readme = tmp_path / "README.md"
+    readme.write_text(f"before\n{rc.README_START}\nold\n{rc.README_END}\nafter\n")
+    out = tmp_path / "again.json"
+    argv = ["bench", "compare-routing", "--from-result", str(saved), "--update-readme", str(readme), "--result", str(out),
+            "--work-dir", str(tmp_path / "nothing-runs-here")]
+    monkeypatch.setattr(sys, "argv", ["gennstack", *argv])
+    args = bench_parser.parse_args(argv)
+    assert args.func(args) == 0
+    again = rc.load(out)
+    assert again["targets"] == rc.targets(result) and again["runs"] == json.loads(json.dumps(result["runs"]))
+    assert readme.read_text() == f"before\n{rc.README_START}\n{rc.markdown(again)}\n{rc.README_END}\nafter\n"
+    assert not (tmp_path / "nothing-runs-here").exists()
+
+
+def test_a_rate_is_saturated_when_a_level_at_it_fell_behind_its_schedule() -> None:
+    def level(offered: float, done: float) -> dict:
+        return {"offered_rps": offered, "requests_per_s": done}
+
+    result = {"policies": {"least_request": {"multi-turn": {"0.1": level(0.1, 0.1), "0.2": level(0.2, 0.19)},
+                                             "shared-prefix": {"0.1": level(0.1, 0.095), "0.2": level(0.2, 0.17)}},
+                           "prefix": {"multi-turn": {"0.1": level(0.1, 0.09), "0.2": level(0.2, 0.2)},
+                                      "shared-prefix": {"0.1": level(0.1, 0.1), "0.2": level(0.2, 0.2)}}}}
+    assert rc.saturated_rates(result) == {"0.2"}  # 0.17 < 0.9 x 0.2; 0.09 is exactly 0.9 x 0.1
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("{not json", "not JSON"),
+    ('{"schema": "gennstack-routing-compare/1"}', "not a compare-routing result (expected schema 'gennstack-routing-compare/2')"),
+])
+def test_from_result_refuses_what_is_not_a_comparison(bench_parser, tmp_path, capsys, monkeypatch, text, message) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    argv = ["bench", "compare-routing", "--from-result", str(bad), "--result", str(tmp_path / "out.json")]
+    monkeypatch.setattr(sys, "argv", ["gennstack", *argv])
+    args = bench_parser.parse_args(argv)
+    assert args.func(args) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out.json").exists()
