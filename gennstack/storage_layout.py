@@ -4,13 +4,19 @@ Models bucket::
 
     s3://<models-bucket>/<model-id>/<revision>/...            e.g. openai/gpt-oss-20b/<commit>/config.json
 
-Compile-cache bucket (Neuron models only)::
+Compile-cache bucket::
 
     s3://<compile-cache-bucket>/neuron-<sdk>/<model-id>/<revision>/<parallelism>/...
                                 e.g. neuron-2.26.0/meta-llama/Meta-Llama-3-70B-Instruct/<commit>/tp24/
+    s3://<compile-cache-bucket>/vllm-<vllm>/<model-id>/<revision>/<gpu>-<parallelism>/...
+                                e.g. vllm-0.29.0/openai/gpt-oss-120b/<commit>/l40s-tp4-seqs64-len32768/
 
 A compiled Neuron artifact is valid only for the SDK version, model weights and parallelism it
 was compiled for, so all of them are part of its key; a new SDK or layout never reads a stale one.
+A vLLM compile cache (g6e: VLLM_CACHE_ROOT's torch.compile artifacts and the Triton cache) is
+keyed the same way by vLLM version, model revision, GPU type and layout; vLLM itself keys the
+directories inside by a hash of its config, environment and code, so a set that still differs in
+something the key leaves out is a cache miss (a cold start), never a wrong load.
 
 What a server copies to its node: inf2 and trn2 compile with ``save_sharded_checkpoint`` (layout
 ``-sharded``), so their artifacts hold per-rank weights (inf2: ``weights/tp<rank>_sharded_checkpoint.safetensors``;
@@ -53,6 +59,18 @@ def compile_cache_prefix(*, neuron_sdk: str, model_id: str, revision: str, paral
         if not _PART_RE.match(value):
             raise ValueError(f"{name}: got {value!r}; allowed: letters, digits, '._-', starting with a letter or digit")
     return f"neuron-{neuron_sdk}/{model_id}/{revision}/{parallelism}/"
+
+
+def vllm_compile_cache_prefix(*, vllm: str, model_id: str, revision: str, gpu: str, parallelism: str) -> str:
+    """The key prefix (ending in ``/``) of one vLLM compile cache set (torch.compile and Triton).
+
+    ``gpu`` names the GPU type (``l40s``), ``parallelism`` the layout (``tp4-seqs64-len32768``).
+    """
+    _check(model_id=model_id, revision=revision)
+    for name, value in (("vllm", vllm), ("gpu", gpu), ("parallelism", parallelism)):
+        if not _PART_RE.match(value):
+            raise ValueError(f"{name}: got {value!r}; allowed: letters, digits, '._-', starting with a letter or digit")
+    return f"vllm-{vllm}/{model_id}/{revision}/{gpu}-{parallelism}/"
 
 
 def _check(*, model_id: str, revision: str) -> None:

@@ -62,7 +62,7 @@ def test_compile_roles_write_only_their_generations_artifacts(synth: Synth) -> N
 
     config = load_config({})
     models, compiled = model_prefixes(config), compile_cache_prefixes(config, config.serving)
-    assert set(compiled) == {"inf2", "trn2"}
+    assert set(compiled) == {"inf2", "trn2", "g6e"}  # g6e: vLLM's compile cache
     for name in compiled:
         statements = _role_statements(synth, f"ServingCompile{name.capitalize()}Role")
         actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
@@ -84,11 +84,13 @@ def test_roles_bound_to_the_charts_service_accounts_by_pod_identity(synth: Synth
         for a in synth.resources("AWS::EKS::PodIdentityAssociation").values()
         if a["Properties"]["Namespace"] == "gennstack-serving"
     }
-    assert set(associations) == {"gennstack-serving", "gennstack-staging", "gennstack-compile-inf2", "gennstack-compile-trn2"}
+    assert set(associations) == {"gennstack-serving", "gennstack-staging", "gennstack-compile-inf2", "gennstack-compile-trn2",
+                                 "gennstack-compile-g6e"}
     assert associations["gennstack-serving"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingServingRole")
     assert associations["gennstack-staging"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingStagingRole")
     assert associations["gennstack-compile-inf2"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingCompileInf2Role")
     assert associations["gennstack-compile-trn2"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingCompileTrn2Role")
+    assert associations["gennstack-compile-g6e"]["RoleArn"]["Fn::GetAtt"][0].startswith("ServingCompileG6eRole")
     for prefix in ("ServingServingRole", "ServingStagingRole", "ServingCompileInf2Role", "ServingCompileTrn2Role"):
         (role,) = [r for k, r in synth.resources("AWS::IAM::Role").items() if k.startswith(prefix)]
         trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
@@ -138,7 +140,7 @@ def test_chart_installs_after_operators_node_pools_and_associations(synth: Synth
     assert any(d.startswith("NodePools") for d in depends)
     assert {d for d in depends if d.startswith("Serving") and "Association" in d} == {
         k for k in resources if k.startswith(("ServingServingAssociation", "ServingStagingAssociation", "ServingCompileInf2Association",
-                                              "ServingCompileTrn2Association"))
+                                              "ServingCompileTrn2Association", "ServingCompileG6eAssociation"))
     }
     rbac = [k for k in resources if k.startswith("InterruptionHandlerRbac")]
     assert rbac and chart_id in resources[rbac[0]]["DependsOn"]

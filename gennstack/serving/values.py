@@ -23,9 +23,9 @@ from gennstack.serving.config import G6eServing, Inf2Serving, ServingConfig, Trn
 from gennstack.serving.fit import check_fits
 from gennstack.serving.multinode import multi_node_values
 from gennstack.serving.support import NEURON_GENERATIONS, SUPPORT, effective_release
-from gennstack.storage_layout import compile_cache_prefix, model_prefix
+from gennstack.storage_layout import compile_cache_prefix, model_prefix, vllm_compile_cache_prefix
 
-__all__ = ["MULTI_NODE_STAGED_MARKER", "NEURON_SDK_VERSION", "STAGED_GATE_MODES", "STAGED_MARKERS", "StagedGate", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
+__all__ = ["G6E_GPU", "MULTI_NODE_STAGED_MARKER", "NEURON_SDK_VERSION", "STAGED_GATE_MODES", "STAGED_MARKERS", "StagedGate", "compile_cache_prefixes", "compile_layout", "generation_image", "model_prefixes",
            "neuron_release", "serving_values"]
 
 # The Neuron release of the chart's default Neuron image (images.neuronVllm and neuron.sdkVersion in
@@ -47,6 +47,9 @@ STAGED_MARKERS = {"inf2": "gen1-inf2-staged", "trn2": "gen2-trn2-staged", "g6e":
 # serving.multi_node's model has a marker of its own (its stage Job records there, its group pods'
 # gate reads it); `staged={"multi_node": ...}` sets its gate like a generation's.
 MULTI_NODE_STAGED_MARKER = "gen3-g6e-multinode-staged"
+# The GPU of every g6e instance type (AWS: "G6e instances feature up to 8 NVIDIA L40S Tensor Core
+# GPUs"): the GPU part of gen3's vLLM compile-cache key (the chart's gen facts spell it too).
+G6E_GPU = "l40s"
 
 
 def generation_image(generation: str, serving: ServingConfig) -> str:
@@ -65,8 +68,11 @@ def neuron_release(generation: str, serving: ServingConfig) -> str:
 
 
 def compile_layout(generation: str, serving: ServingConfig) -> str:
-    """The parallelism part of a compile-cache key: everything besides SDK, model and revision
+    """The parallelism part of a compile-cache key: everything besides SDK (vLLM), model and revision
     that the compiled graphs depend on (parallel degrees, batch size, sequence length)."""
+    if generation == "g6e":
+        g6e = serving.g6e
+        return f"tp{g6e.gpus_per_replica}-seqs{g6e.max_num_seqs}-len{g6e.max_model_len}"
     if generation == "inf2":
         section: Inf2Serving | Trn2Serving = serving.inf2
         parallel = f"tp{section.tensor_parallel_size}{'-sharded' if section.save_sharded_checkpoint else ''}"
@@ -75,7 +81,7 @@ def compile_layout(generation: str, serving: ServingConfig) -> str:
         parallel = (f"tp{section.tensor_parallel_size}-cp{section.context_parallel_size}"
                     f"-vtp{section.vision_tensor_parallel_size}{'-sharded' if section.save_sharded_checkpoint else ''}")
     else:
-        raise ValueError(f"generation: got {generation!r}; allowed: one of {list(NEURON_GENERATIONS)} (Neuron only)")
+        raise ValueError(f"generation: got {generation!r}; allowed: one of {[*NEURON_GENERATIONS, 'g6e']}")
     return f"{parallel}-seqs{section.max_num_seqs}-len{section.max_model_len}"
 
 
@@ -85,8 +91,9 @@ def model_prefixes(config: GenNStackConfig) -> dict[str, str]:
 
 
 def compile_cache_prefixes(config: GenNStackConfig, serving: ServingConfig) -> dict[str, str]:
-    """Key prefix of each enabled Neuron generation's compiled artifacts in the compile-cache bucket."""
-    return {
+    """Key prefix of each enabled generation's compiled artifacts in the compile-cache bucket: the
+    Neuron generations' compiled models, g6e's vLLM compile cache (:func:`g6e_compile_cache_prefix`)."""
+    prefixes = {
         name: compile_cache_prefix(
             neuron_sdk=neuron_release(name, serving), model_id=gen.model_id, revision=gen.model_revision,
             parallelism=compile_layout(name, serving),
@@ -94,6 +101,21 @@ def compile_cache_prefixes(config: GenNStackConfig, serving: ServingConfig) -> d
         for name, gen in config.generations.enabled().items()
         if name in NEURON_GENERATIONS
     }
+    if config.generations.g6e.enabled:
+        prefixes["g6e"] = g6e_compile_cache_prefix(config, serving)
+    return prefixes
+
+
+def g6e_compile_cache_prefix(config: GenNStackConfig, serving: ServingConfig) -> str:
+    """gen3-g6e's vLLM compile cache: ``vllm-<vllm>/<model>/<revision>/l40s-tp<N>-seqs<S>-len<L>/``.
+
+    The vLLM version is the support matrix's (the chart's images.vllm): with another image
+    (serving.g6e.image) vLLM's own hash of its code and config, which names the directories inside,
+    makes a cache written by another build a miss, never a wrong load.
+    """
+    gen = config.generations.g6e
+    return vllm_compile_cache_prefix(vllm=SUPPORT["g6e"].vllm, model_id=gen.model_id, revision=gen.model_revision,
+                                     gpu=G6E_GPU, parallelism=compile_layout("g6e", serving))
 
 
 def serving_values(
@@ -147,7 +169,8 @@ def serving_values(
                  "neuronRelease": neuron_release("inf2", serving)},
         "trn2": {**_model(gens.trn2, serving.trn2), "staged": gates["trn2"], **_trn2(serving.trn2, gens.trn2),
                  "neuronRelease": neuron_release("trn2", serving)},
-        "g6e": {**_model(gens.g6e, serving.g6e), "staged": gates["g6e"], **_g6e(serving.g6e)},
+        "g6e": {**_model(gens.g6e, serving.g6e), "staged": gates["g6e"], **_g6e(serving.g6e),
+                "vllmVersion": SUPPORT["g6e"].vllm},
         # Only when on: off, the chart's default (multiNode.enabled false) renders nothing of it.
         **({"multiNode": {**multi_node_values(serving.multi_node, model_prefix(
             serving.multi_node.model_id, serving.multi_node.model_revision)), "staged": gates["multi_node"]}}

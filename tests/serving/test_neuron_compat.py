@@ -162,7 +162,6 @@ def test_every_neuron_sync_container_checks_and_g6es_does_not() -> None:
                     checks[name] = {e["name"]: e.get("value") for e in container["env"]}.get("NEURON_CHECK")
     assert checks["gen1-inf2/workers"] == checks["gen2-trn2"] == "true"
     assert checks["gen1-inf2-warm-spare"] == checks["gen2-trn2-warm-spare"] == "true"
-    compiles = {name: check for name, check in checks.items() if "compile" in name}
-    assert {name.split("-compile")[0] for name in compiles} == {"gen1-inf2", "gen2-trn2"}
-    assert set(compiles.values()) == {"true"}
+    compiles = {name.split("-compile")[0]: check for name, check in checks.items() if "compile" in name}
+    assert compiles == {"gen1-inf2": "true", "gen2-trn2": "true", "gen3-g6e": None}  # g6e's: vLLM's compile cache
     assert checks["gen3-g6e"] is None

@@ -128,6 +128,39 @@ def test_trn2_serving_sync_leaves_the_model_weights_in_s3(moto, agent, rendered,
     assert {p.name for p in Path(env["MODEL_DIR"]).iterdir()} == {*TRN2_READ, *TRN2_WEIGHTS}
 
 
+def test_g6e_serving_sync_restores_the_vllm_compile_cache_when_staged_and_starts_cold_without(moto, agent, rendered,
+                                                                                                 tmp_path) -> None:
+    """gen3-g6e's sync: the tiktoken encodings, then vLLM's compile cache (torch.compile + Triton) into
+    VLLM_CACHE_ROOT when its compile Job has staged it; before that the server starts and compiles
+    itself (COMPILE_OPTIONAL), so a first deploy never waits on the compile Job."""
+    container = workload(rendered, "gen3-g6e", "sync-from-s3")
+    (server,) = [c for (name, cname), c in rendered.items() if name == "gen3-g6e" and cname == "vllm"]
+    server_env = {e["name"]: e.get("value") for e in server["env"]}
+    assert chart_env(container, tmp_path)["COMPILED_DIR"] == server_env["VLLM_CACHE_ROOT"] == "/home/vllm/.cache/vllm"
+    s3 = moto.client("s3")
+    put(s3, BUCKET, "g/gpt/", {"tiktoken/o200k_base.tiktoken": b"e"})
+    cache_prefix = "vllm-0.29.0/g/gpt/l40s-tp1-seqs64-len32768/"
+    env = pod_env(tmp_path / "home", agent, AWS_ENDPOINT_URL_S3=moto.endpoint,
+                  **env_with_prefixes(container, tmp_path, MARKER_PREFIX="g/gpt/", MODEL_PREFIX="g/gpt/tiktoken/",
+                                      COMPILE_PREFIX=cache_prefix, COMPILED_DIR=str(tmp_path / "vllm-cache")))
+    cold = run(container, env, tmp_path)
+    assert cold.returncode == 0, cold.stderr
+    assert f"no compile cache in s3://{COMPILE_BUCKET}/{cache_prefix} yet" in cold.stdout
+    assert not (tmp_path / "vllm-cache").exists()
+    cached = {"torch_compile_cache/torch_aot_compile/0123abcd/rank_0_0/model": b"aot" * 50,
+              "triton/ABCDEF/kernel.cubin": b"cubin"}
+    put(s3, COMPILE_BUCKET, cache_prefix, cached)
+    warm = run(container, env, tmp_path)
+    assert warm.returncode == 0, warm.stderr
+    restored = tmp_path / "vllm-cache"
+    assert {p.relative_to(restored).as_posix(): p.read_bytes() for p in restored.rglob("*") if p.is_file()} == cached
+    # Not another set's: a half-written one (no marker) is never read.
+    put(s3, COMPILE_BUCKET, "vllm-0.29.0/g/gpt/l40s-tp1-seqs32-len32768/", cached, marker=False)
+    other = run(container, {**env, "COMPILE_PREFIX": "vllm-0.29.0/g/gpt/l40s-tp1-seqs32-len32768/",
+                            "COMPILED_DIR": str(tmp_path / "other")}, tmp_path)
+    assert other.returncode == 0 and not (tmp_path / "other").exists()
+
+
 def test_neuron_serving_sync_fails_without_the_staged_marker_or_the_compile(moto, agent, rendered, tmp_path) -> None:
     container = workload(rendered, "gen2-trn2", "sync-from-s3")
     s3 = moto.client("s3")
@@ -250,7 +283,7 @@ def test_compile_upload_never_marks_a_set_it_cannot_read_complete() -> None:
         refused = subprocess.run([str(python), "-c", walk, str(SCRIPTS), str(artifacts)], **as_upload)
         assert refused.returncode == 1 and "cannot list" in refused.stderr and "incomplete set" in refused.stderr
         (chmod,) = [line for line in (SCRIPTS / "compile.sh").read_text().splitlines() if line.startswith("chmod ")]
-        subprocess.run(["bash", "-c", chmod], env={"NEURON_COMPILED_ARTIFACTS": str(artifacts), "PATH": "/usr/bin:/bin"}, check=True)
+        subprocess.run(["bash", "-c", chmod], env={"out": str(artifacts), "PATH": "/usr/bin:/bin"}, check=True)
         listed = subprocess.run([str(python), "-c", walk, str(SCRIPTS), str(artifacts)], **as_upload)
         assert listed.returncode == 0, listed.stderr
         assert listed.stdout.strip() == str(["model.pt", "weights", "weights/tp0.safetensors"])
@@ -296,6 +329,9 @@ def test_staging_resolves_the_revision_verifies_and_skips_what_no_server_reads(m
     hf_hub_download(local_dir=HF_HOME) there; boto3 reads AWS_ENDPOINT_URL for S3 and Secrets Manager."""
     container = workload(rendered, "gen3-g6e-stage", "stage")
     env = stage_env(rendered, moto, agent, hub, tmp_path, kube=kube_api.env)
+    # The compile Job (vLLM's compile cache) the stage Job releases once the model is in S3, as installed: suspended.
+    compile_job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": env["COMPILE_JOB"]}, "spec": {"suspend": True}}
+    kube_api.jobs[(NAMESPACE, env["COMPILE_JOB"])] = compile_job
     assert env["MODEL_REVISION"] == "main" and env["TIKTOKEN_ENCODINGS"] == "o200k_base cl100k_base"
     env["TIKTOKEN_ENCODINGS"] = ""  # the stand-in encodings cannot have the real digests: see the next test
     proc = run(container, env, tmp_path)
@@ -311,6 +347,7 @@ def test_staging_resolves_the_revision_verifies_and_skips_what_no_server_reads(m
     assert f"openai/gpt-oss-20b@main is commit {COMMIT}" in proc.stdout
     assert sorted(hub.downloads) == ["config.json", "model-00001-of-00001.safetensors"]
     assert "openai/gpt-oss-20b/main/" in kube_api.configmaps[(NAMESPACE, "gen3-g6e-staged")]["data"].values()
+    assert kube_api.jobs[(NAMESPACE, env["COMPILE_JOB"])]["spec"]["suspend"] is False
     # The branch moves: the staged commit stays, and the Job says how to stage the new one.
     hub.refs["main"] = "9" * 40
     again = run(container, env, tmp_path)

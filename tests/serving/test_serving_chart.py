@@ -78,7 +78,7 @@ def test_each_generation_alone_renders_valid_objects(generation) -> None:
     redis = {f"{pool}-redis"} if generation == "inf2" else set()  # the Ray head's GCS store
     assert workloads == {pool, f"{pool}-warm-spare"} | redis
     jobs = {name for kind, name in by_name if kind == "Job"}
-    expected = {f"{pool}-stage"} | ({f"{pool}-compile"} if generation != "g6e" else set())
+    expected = {f"{pool}-stage", f"{pool}-compile"}  # g6e's compiles vLLM's compile cache
     assert {name.rsplit("-", 1)[0] for name in jobs} == expected
 
 
@@ -147,9 +147,11 @@ def test_required_values_fail_with_a_message(missing, message) -> None:
     assert message in proc.stderr
 
 
-def test_compile_cache_bucket_is_only_required_with_a_neuron_generation() -> None:
-    values = merged(REQUIRED, {"buckets": {"compileCache": ""}}, only("g6e"))
-    assert helm.template(CHART, values).returncode == 0
+def test_compile_cache_bucket_is_required_by_every_generation() -> None:
+    # g6e's servers restore vLLM's compile cache from it; the Neuron ones their compiled models.
+    for generation in ("inf2", "trn2", "g6e"):
+        proc = helm.template(CHART, merged(REQUIRED, {"buckets": {"compileCache": ""}}, only(generation)))
+        assert proc.returncode != 0 and "buckets.compileCache is required" in proc.stderr, generation
 
 
 def test_staging_requires_the_token_secret_name() -> None:
@@ -252,7 +254,8 @@ def test_no_secret_in_values_or_rendered_output(rendered_all) -> None:
 
 def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(rendered_all) -> None:
     accounts = {o["metadata"]["name"] for o in rendered_all if o["kind"] == "ServiceAccount"}
-    assert accounts == {"gennstack-serving", "gennstack-staging", "gennstack-compile-inf2", "gennstack-compile-trn2"}
+    assert accounts == {"gennstack-serving", "gennstack-staging", "gennstack-compile-inf2", "gennstack-compile-trn2",
+                        "gennstack-compile-g6e"}
     for obj in rendered_all:
         for label, spec in pod_specs(obj).items():
             if label == "gen1-inf2-redis":  # talks to no API: no account token at all
@@ -275,7 +278,7 @@ def test_serving_pods_use_the_read_only_account_and_staging_the_write_one(render
     assert {name for kind, name in by_name if kind in ("Role", "RoleBinding")} == {
         "gennstack-serving-release-do-not-disrupt", "gennstack-serving-release-compile-jobs", "gennstack-serving-staged-markers",
         "gennstack-serving-open-staged-gates", "gen1-inf2-compile-marker", "gen2-trn2-compile-marker",
-        "gen1-inf2-compile-open-gate", "gen2-trn2-compile-open-gate"}
+        "gen3-g6e-compile-marker", "gen1-inf2-compile-open-gate", "gen2-trn2-compile-open-gate", "gen3-g6e-compile-open-gate"}
 
 
 def test_service_account_names_come_from_values() -> None:
@@ -284,7 +287,7 @@ def test_service_account_names_come_from_values() -> None:
     values["staging"]["enabled"] = True
     objects = helm.render(CHART, values, namespace=NAMESPACE)
     assert {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"} == {
-        "llm-read", "llm-write", "llm-compile-inf2", "llm-compile-trn2"}
+        "llm-read", "llm-write", "llm-compile-inf2", "llm-compile-trn2", "llm-compile-g6e"}
     for obj in objects:
         for label, spec in pod_specs(obj).items():
             if label != "gen1-inf2-redis":

@@ -76,7 +76,9 @@ RAY_2_60_0_PROXY_LOCATIONS = {"Disabled", "HeadOnly", "EveryNode"}
 # Every VLLM_* variable vLLM may see from the chart. vLLM 0.29.0 warns about (or, with
 # --fail-on-environ-validation, refuses) any VLLM_* name its vllm/envs.py does not define; VLLM_PORT
 # is one it does define, as the base of its own internal ports, so the chart must not reuse it.
-VLLM_ENV_ALLOWED: set[str] = set()
+# VLLM_CACHE_ROOT (g6e: where its compile cache is restored) is defined there ("Root directory for
+# vLLM cache files") and left out of its compile-cache hash (compile_factors' ignored_factors).
+VLLM_ENV_ALLOWED: set[str] = {"VLLM_CACHE_ROOT"}
 
 
 @pytest.fixture(scope="module")

@@ -360,6 +360,15 @@ def mount_gates(api, root: Path) -> None:
 def stage(api, moto, agent, hub, root: Path, pool: str, prefix: str, **overrides: str):
     container = workload(containers(api.rendered), f"{pool}-stage", "stage")
     mount_gates(api, root)
+    # The compile Job this stage Job releases (every generation has one), as `helm install` left it: suspended.
+    job = next((e["value"] for e in container["env"] if e["name"] == "COMPILE_JOB"), None)
+    if job and (NAMESPACE, job) not in api.jobs:
+        (rendered_job,) = [o for o in api.rendered if o["kind"] == "Job" and o["metadata"]["name"] == job]
+        live_job = json.loads(json.dumps(rendered_job))  # with the ownership helm checks (fake_kube_api.install)
+        live_job["metadata"].update(namespace=NAMESPACE, resourceVersion="1")
+        live_job["metadata"].setdefault("annotations", {}).update(
+            {"meta.helm.sh/release-name": "gennstack", "meta.helm.sh/release-namespace": NAMESPACE})
+        api.jobs[(NAMESPACE, job)] = live_job
     # No tiktoken encodings: the fake Hub's stand-ins cannot have the pinned digests (test_pod_identity.py).
     env = pod_env(root / "home", agent, AWS_ENDPOINT_URL=moto.endpoint, HF_ENDPOINT=hub.endpoint,
                   **env_with_prefixes(container, root, MODEL_PREFIX=prefix, TIKTOKEN_ENCODINGS="", **api.env, **overrides))
@@ -428,7 +437,9 @@ def test_a_refused_record_fails_the_job_and_names_the_role(kube_api, moto, agent
         (Path(kube_api.env["SERVICE_ACCOUNT_DIR"]) / "namespace").write_text("default")
     else:
         del kube_api.configmaps[(NAMESPACE, "gen3-g6e-staged")]
-    proc = stage(kube_api, moto, agent, hub, tmp_path, "gen3-g6e", keys["g6e"]["model"])
+    # The record alone: with its compile Job to release, the release in another namespace is refused
+    # first (test_compile_gate.py covers refused releases).
+    proc = stage(kube_api, moto, agent, hub, tmp_path, "gen3-g6e", keys["g6e"]["model"], COMPILE_JOB="")
     assert proc.returncode != 0
     namespace = "default" if case == "another-namespace" else NAMESPACE
     path = f"/api/v1/namespaces/{namespace}/configmaps/gen3-g6e-staged"
@@ -572,7 +583,10 @@ def test_the_chart_tells_the_jobs_what_each_auto_gate_closes_and_lets_them_chang
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen1-inf2-warm-spare"]},
             {"apiGroups": ["ray.io"], "resources": ["rayservices"], "verbs": ["get", "patch"], "resourceNames": ["gen1-inf2"]}],
         "gennstack-compile-trn2": [
-            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen2-trn2", "gen2-trn2-warm-spare"]}]}
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen2-trn2", "gen2-trn2-warm-spare"]}],
+        # g6e's compile Job (vLLM's compile cache) records into its marker too; its gate needs only the model.
+        "gennstack-compile-g6e": [
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["patch"], "resourceNames": ["gen3-g6e", "gen3-g6e-warm-spare"]}]}
     # Every recording container reads its own generation's file from the mounted ConfigMap.
     for (owner, name), container in containers(objects).items():
         if name in ("stage", "upload"):

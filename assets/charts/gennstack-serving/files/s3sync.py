@@ -14,6 +14,8 @@ s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 Mi
              MODEL_EXCLUDE (serve only: comma-separated fnmatch patterns of model keys not to copy;
              trn2 serves from the presharded checkpoint in its compiled artifacts, so it leaves
              the model's `*.safetensors` in S3 and copies only config and tokenizer files),
+             COMPILE_OPTIONAL = true (serve, g6e: the compile set is vLLM's compile cache, a head
+             start: when it is not in S3 yet the server starts without it and compiles itself),
              NEURON_CHECK = true (Neuron pods: first log the node's Neuron driver and the image's
              Neuron runtime, and exit 1 on a pair upstream says fails, files/neuron_compat.py;
              NEURON_DRIVER_FILE and DPKG_STATUS name where they are read, tests point them elsewhere)
@@ -224,6 +226,10 @@ def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], N
     if mode == "serve" and env.get("COMPILE_PREFIX"):
         compile_bucket, compile_prefix = env["COMPILE_BUCKET"], env["COMPILE_PREFIX"]
         if not exists(s3, compile_bucket, compile_prefix + MARKER):
+            if env.get("COMPILE_OPTIONAL") == "true":
+                log(f"no compile cache in s3://{compile_bucket}/{compile_prefix} yet: the server compiles at start "
+                    "(the compile Job stages one for the next pods)")
+                return
             raise SyncError(f"s3://{compile_bucket}/{compile_prefix}{MARKER} is missing: run the compile Job first "
                             "(staging.enabled=true); serving never compiles")
         pull(s3, compile_bucket, compile_prefix, Path(env["COMPILED_DIR"]), concurrency, log)

@@ -21,7 +21,7 @@ so the pod's disk needs room for the largest file, not the model. A `.gennstack-
 written last marks the revision complete and records the commit; with it present the Job does
 nothing, and it fails when the revision now resolves to another commit.
 
-Once the model is staged (copied now, or found complete), ``COMPILE_JOB`` (Neuron generations) is
+Once the model is staged (copied now, or found complete), ``COMPILE_JOB`` (every generation's compile Job; g6e's stages vLLM's compile cache) is
 released (below); then the model is recorded in the generation's ``STAGED_CONFIGMAP``
 (``<pool>-staged``, key ``model-<h>``: files/kube_patch.py), the marker the chart's gate reads, and
 when that completes what the gate needs (``STAGED_GATE``: g6e and the multi-node model need the weights

@@ -41,6 +41,10 @@ layout: {{ $layout }}
 neuronRelease: {{ $release | quote }}
 {{- /* The same key layout as gennstack/storage_layout.py compile_cache_prefix(). */}}
 compilePrefix: {{ printf "neuron-%s/%s/%s/%s/" $release $v.modelId $v.revision $layout }}
+{{- else }}
+{{- /* vLLM's compile cache (torch.compile and Triton, restored into vllmCacheRoot): the same key layout as
+gennstack/storage_layout.py vllm_compile_cache_prefix(); every g6e type has NVIDIA L40S GPUs. */}}
+compilePrefix: {{ printf "vllm-%s/%s/%s/l40s-tp%d-seqs%d-len%d/" $v.vllmVersion $v.modelId $v.revision (int $v.gpusPerReplica) (int $v.maxNumSeqs) (int $v.maxModelLen) }}
 {{- end }}
 {{- end }}
 
@@ -58,7 +62,7 @@ app.kubernetes.io/component: {{ .role }}
 {{- required "buckets.models is required: the models bucket's name" .Values.buckets.models }}
 {{- end }}
 {{- define "gennstack-serving.compileCacheBucket" -}}
-{{- required "buckets.compileCache is required while inf2 or trn2 is enabled: the Neuron compile-cache bucket's name" .Values.buckets.compileCache }}
+{{- required "buckets.compileCache is required: the compile-cache bucket's name (Neuron compiled models, g6e's vLLM compile cache)" .Values.buckets.compileCache }}
 {{- end }}
 
 {{/*
@@ -118,15 +122,29 @@ limits:
 {{- printf "/cache/models/%s" (trimSuffix "/" .gen.modelPrefix) }}
 {{- end }}
 {{- define "gennstack-serving.compiledDir" -}}
+{{- if .gen.neuron }}
 {{- printf "/cache/compiled/%s" (trimSuffix "/" .gen.compilePrefix) }}
+{{- else }}
+{{- include "gennstack-serving.vllmCacheRoot" . }}
 {{- end }}
+{{- end }}
+
+{{/*
+g6e: vLLM's cache root (VLLM_CACHE_ROOT) in the pod's writable home (volume "home"): vLLM 0.29.0 keeps
+its torch.compile artifacts under <root>/torch_compile_cache/<hash>/ (vllm/compilation/backends.py
+VllmBackend, and torch_aot_compile/<hash>/ with AOT compile, on by default with torch >= 2.10:
+vllm/envs.py use_aot_compile, vllm/compilation/decorators.py), the hash covering its config (the
+model path included), its environment (envs.compile_factors, which leaves VLLM_CACHE_ROOT out) and
+the traced code. The Triton cache (TRITON_CACHE_DIR) goes under it too, so one folder holds the set.
+*/}}
+{{- define "gennstack-serving.vllmCacheRoot" -}}/home/vllm/.cache/vllm{{- end }}
 
 {{/*
 The init container that fills the pod's cache from S3 with files/s3sync.py, run by the python3 and
 boto3 of the generation's own image (credentials from Pod Identity): Neuron pods copy the weights
 and compiled artifacts (trn2's server, which loads the presharded checkpoint from its artifacts, not
 the model's safetensors); g6e pods (whose weights stream from S3) copy only the staged tiktoken
-encodings. mode: serve (fail when anything is missing) or compile (skip a compile already in S3).
+encodings and, once the compile Job has staged it, vLLM's compile cache (into their home). mode: serve (fail when anything is missing) or compile (skip a compile already in S3).
 */}}
 {{- define "gennstack-serving.syncContainer" -}}
 - name: sync-from-s3
@@ -165,13 +183,18 @@ encodings. mode: serve (fail when anything is missing) or compile (skip a compil
     # (files/neuron_compat.py).
     - name: NEURON_CHECK
       value: "true"
+    {{- else if eq .mode "serve" }}
+    # vLLM's compile cache is a head start, not a requirement: without one the server compiles
+    # itself (a cold start), and the compile Job stages it for the pods after.
+    - name: COMPILE_OPTIONAL
+      value: "true"
+    {{- end }}
     - name: COMPILE_BUCKET
       value: {{ include "gennstack-serving.compileCacheBucket" .root | quote }}
     - name: COMPILE_PREFIX
       value: {{ .gen.compilePrefix | quote }}
     - name: COMPILED_DIR
       value: {{ include "gennstack-serving.compiledDir" . | quote }}
-    {{- end }}
   resources:
     requests:
       cpu: "4"
@@ -188,6 +211,11 @@ encodings. mode: serve (fail when anything is missing) or compile (skip a compil
       mountPath: /cache
     - name: work
       mountPath: /work
+    {{- if not .gen.neuron }}
+    # The compile cache goes into the server's home (gennstack-serving.vllmCacheRoot), which vLLM writes.
+    - name: home
+      mountPath: /home/vllm
+    {{- end }}
 {{- end }}
 
 {{/*
@@ -247,6 +275,16 @@ model's safetensors. */}}
 {{- end }}
 - name: VLLM_ARGS
   value: {{ include "gennstack-serving.vllmArgs" . | quote }}
+{{- if not .gen.neuron }}
+# Where vLLM and Triton keep what they compile: the folder sync-from-s3 restores from the compile
+# cache and the compile Job uploads (gennstack-serving.vllmCacheRoot). vLLM 0.29.0 vllm/envs.py reads
+# VLLM_CACHE_ROOT; Triton reads TRITON_CACHE_DIR (vLLM's InductorAdaptor points it at a triton_cache
+# folder under the same root itself, vllm/compilation/compiler_interface.py initialize_cache).
+- name: VLLM_CACHE_ROOT
+  value: {{ include "gennstack-serving.vllmCacheRoot" . | quote }}
+- name: TRITON_CACHE_DIR
+  value: {{ printf "%s/triton" (include "gennstack-serving.vllmCacheRoot" .) | quote }}
+{{- end }}
 {{- if .gen.neuron }}
 - name: NEURON_COMPILED_ARTIFACTS
   value: {{ include "gennstack-serving.compiledDir" . | quote }}
@@ -502,7 +540,7 @@ enabled); gen1-inf2 also the Ray Serve application and the preStop's Ray drain.
 {{- define "gennstack-serving.serverScripts" -}}
 {{- $files := list "vllm_serve.py" }}
 {{- if eq .gen.name "inf2" }}{{ $files = concat $files (list "gennstack_serve.py" "ray_drain.py") }}{{ end }}
-{{- if or .gen.neuron (index .root.Values .gen.name).tiktokenEncodings }}{{ $files = append $files "s3sync.py" }}{{ end }}
+{{- $files = append $files "s3sync.py" }}
 {{- if .gen.neuron }}{{ $files = append $files "neuron_compat.py" }}{{ end }}
 {{- if .root.Values.loading.releaseDoNotDisruptWhenReady }}{{ $files = append $files "release_do_not_disrupt.py" }}{{ end }}
 {{- toJson $files }}

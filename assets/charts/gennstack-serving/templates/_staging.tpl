@@ -97,11 +97,17 @@ metadata:
   annotations:
     # A compile takes up to an hour: never consolidate its node away.
     karpenter.sh/do-not-disrupt: "true"
+    {{- if $gen.neuron }}
     # The compile container runs the model's code: EKS Pod Identity's webhook gives a skipped
     # container neither its token volume nor AWS_CONTAINER_* (aws/amazon-eks-pod-identity-webhook
     # pkg/handler/handler.go getContainersToSkip, in both its IRSA and container-credentials modes).
     # A second line: the account's role can write only this generation's compile-cache prefix.
     eks.amazonaws.com/skip-containers: compile
+    {{- end }}
+    {{- /* g6e's compile container keeps the credentials: like its servers it streams the weights
+    from S3 (--load-format runai_streamer; the model path vLLM hashes into the cache key must be the
+    same s3:// URL the servers load). Its role reads only its model and writes only its compile-cache
+    prefix (gennstack_infra/components/serving.py). */}}
 spec:
   restartPolicy: Never
   # One account per Neuron generation (gennstack-serving.compileServiceAccount): its role reads this
@@ -123,9 +129,12 @@ spec:
       command: ["/bin/bash", "/scripts/compile.sh"]
       env:
         {{- include "gennstack-serving.serverEnv" $compile | nindent 8 }}
+        {{- if not $gen.neuron }}
+        {{- include "gennstack-serving.vllmUserEnv" $compile | nindent 8 }}
+        {{- end }}
       resources:
         {{- include "gennstack-serving.resources" $compile | nindent 8 }}
-      {{- include "gennstack-serving.containerSecurity" (dict "user" "root") | nindent 6 }}
+      {{- include "gennstack-serving.containerSecurity" (dict "user" (include "gennstack-serving.serverUser" $compile)) | nindent 6 }}
       volumeMounts:
         - name: scripts
           mountPath: /scripts
@@ -136,6 +145,10 @@ spec:
           mountPath: /work
         - name: dshm
           mountPath: /dev/shm
+        {{- if not $gen.neuron }}
+        - name: home
+          mountPath: /home/vllm
+        {{- end }}
   containers:
     - name: upload
       image: {{ $gen.image }}
@@ -180,6 +193,12 @@ spec:
         - name: gates
           mountPath: /gates
           readOnly: true
+        {{- if not $gen.neuron }}
+        # What the compile filled: vLLM's cache root (gennstack-serving.compiledDir).
+        - name: home
+          mountPath: /home/vllm
+          readOnly: true
+        {{- end }}
   volumes:
     {{- include "gennstack-serving.volumes" $compile | nindent 4 }}
     # What the ServiceAccount admission plugin would mount in every container (a bound token, the
@@ -203,7 +222,7 @@ spec:
     {{- include "gennstack-serving.stagedGatesVolume" . | nindent 4 }}
 {{- end }}
 
-{{/* The compile Jobs' ServiceAccount of a Neuron generation: `<serviceAccounts.compile.name>-<gen>`. */}}
+{{/* The compile Jobs' ServiceAccount of a generation: `<serviceAccounts.compile.name>-<gen>`. */}}
 {{- define "gennstack-serving.compileServiceAccount" -}}
 {{- printf "%s-%s" .root.Values.serviceAccounts.compile.name .gen.name }}
 {{- end }}
@@ -216,7 +235,7 @@ spec:
     name: gennstack-serving-staged-gates
 {{- end }}
 
-{{/* `<pool>-compile-<hash>` of a Neuron generation. Call with (dict "root" $ "gen" $gen). */}}
+{{/* `<pool>-compile-<hash>` of a generation. Call with (dict "root" $ "gen" $gen). */}}
 {{- define "gennstack-serving.compileJobName" -}}
 {{- $template := include "gennstack-serving.compilePodTemplate" . }}
 {{- printf "%s-compile-%s" .gen.pool (printf "%s\n%s" .gen.compilePrefix $template | sha256sum | trunc 10) }}
@@ -361,7 +380,7 @@ running with staging off (gennstack-serving.keptCompileJobs). Call with the root
 {{- ternary "true" "false" (or (.Values.staging.enabled | default false) (gt (len (fromJsonArray (include "gennstack-serving.keptCompileJobs" .))) 0)) }}
 {{- end }}
 
-{{/* A Neuron generation's compile Job. Call with (dict "root" $ "gen" $gen "compileJob" <name> "stageJob" <name>). */}}
+{{/* A generation's compile Job (Neuron: its compiled model; g6e: vLLM's compile cache). Call with (dict "root" $ "gen" $gen "compileJob" <name> "stageJob" <name>). */}}
 {{- define "gennstack-serving.compileJob" -}}
 {{- $root := .root }}{{- $gen := .gen }}
 apiVersion: batch/v1
@@ -501,7 +520,7 @@ nothing is kept there. JSON list of {name (generation), compileJob, stageJob}. C
 {{- define "gennstack-serving.keptCompileJobs" -}}
 {{- $kept := list }}
 {{- if not .Values.staging.enabled }}
-{{- range $name := list "inf2" "trn2" }}
+{{- range $name := list "inf2" "trn2" "g6e" }}
 {{- if (index $.Values $name).enabled }}
 {{- $gen := fromYaml (include "gennstack-serving.gen" (dict "root" $ "name" $name)) }}
 {{- $compileJob := include "gennstack-serving.compileJobName" (dict "root" $ "gen" $gen) }}
