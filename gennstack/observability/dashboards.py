@@ -100,12 +100,14 @@ GEN1_READY_MEANS = "ready (the pod's Ray Serve proxy answers; its vLLM replica m
 
 
 def _start_phases_panel(pool: str, ready_means: str = READY_MEANS) -> dict[str, Any]:
-    """Each serving pod's start (rules.START_PHASE_RECORD): when it was scheduled, initialized and Ready."""
+    """Each serving pod's start (rules.START_PHASE_RECORD): when it was scheduled, initialized, Ready and
+    served its first request."""
     return _panel("Serving pod start by phase (s after the pod was created)", "s", [
         (f'max by (pod, phase) ({START_PHASE_RECORD}{{label_app_kubernetes_io_name="{pool}"}})', "{{pod}} {{phase}}"),
     ], description="From the pod's conditions (kube-state-metrics): scheduled (a node bound, its launch included), "
-                   "initialized (image pulled and init containers done: on Neuron the weights and artifacts synced), "
-                   f"{ready_means}.")
+                   "initialized (image pulled and init containers done: on Neuron the weights and artifacts synced, "
+                   f"on g6e the tiktoken files and vLLM's compile cache), {ready_means}; and served: its first "
+                   "successful request, from its own vLLM's request counter (to within a scrape and a minute).")
 
 
 def _replicas(pool: str) -> list[Query]:

@@ -160,7 +160,8 @@ METRICS: dict[str, str] = {
     "yace_cloudwatch_request_errors": _YACE_SELF,
 }
 # Series GenNStack's own recording rules write (gennstack.observability.rules).
-RECORDED = {"gennstack:node_hourly_price_usd", "gennstack:vllm_max_num_seqs", "gennstack:serving_pod_start_phase_seconds"}
+RECORDED = {"gennstack:node_hourly_price_usd", "gennstack:vllm_max_num_seqs", "gennstack:serving_pod_start_phase_seconds",
+            "gennstack:serving_pod_first_served_time"}
 
 
 

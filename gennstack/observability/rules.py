@@ -98,17 +98,34 @@ def kv_cache_use_expr(comparison: str = "") -> str:
 START_PHASE_RECORD = "gennstack:serving_pod_start_phase_seconds"
 START_PHASES = (("scheduled", "kube_pod_status_scheduled_time"), ("initialized", "kube_pod_status_initialized_time"),
                 ("ready", "kube_pod_status_ready_time"))
+# The last phase, "served": the pod's first successful request, as its own server counts it. vLLM's
+# vllm:request_success_total (vllm/v1/metrics/loggers.py at v0.29.0 and v0.13.0, labels finished_reason,
+# model_name, engine; the PodMonitors add namespace and pod) is 0 until the engine finishes a request.
+# FIRST_SERVED_RECORD keeps the time of the first evaluation at which the pod's sum was above 0: the
+# rule reads its own last value (a rule group evaluates in order, and the previous evaluation's sample is
+# within the 5-minute lookback), so a later restart of the counter never moves it; it is kept only while
+# kube-state-metrics still lists the pod. Resolution: the scrape interval plus the 1-minute evaluation.
+FIRST_SERVED_RECORD = "gennstack:serving_pod_first_served_time"
+SERVED_PHASE = "served"
 
 
 def start_phase_rules(serving_namespace: str) -> list[dict[str, Any]]:
-    """``START_PHASE_RECORD`` for each phase of ``START_PHASES``, for the serving namespace's server pods
-    (labelled with their pool, ``label_app_kubernetes_io_name``, from kube_pod_labels)."""
+    """``START_PHASE_RECORD`` for each phase of ``START_PHASES`` and for ``SERVED_PHASE`` (from
+    ``FIRST_SERVED_RECORD``), for the serving namespace's server pods (labelled with their pool,
+    ``label_app_kubernetes_io_name``, from kube_pod_labels)."""
     ns = f'namespace="{serving_namespace}"'
-    return [{"record": START_PHASE_RECORD, "labels": {"phase": phase},
-             "expr": (f"({metric}{{{ns}}} - on (namespace, pod, uid) kube_pod_created{{{ns}}})"
-                      " * on (namespace, pod) group_left (label_app_kubernetes_io_name) "
-                      f'kube_pod_labels{{{ns}, label_app_kubernetes_io_component="server"}}')}
-            for phase, metric in START_PHASES]
+    servers = (" * on (namespace, pod) group_left (label_app_kubernetes_io_name) "
+               f'kube_pod_labels{{{ns}, label_app_kubernetes_io_component="server"}}')
+    phases = [{"record": START_PHASE_RECORD, "labels": {"phase": phase},
+               "expr": f"({metric}{{{ns}}} - on (namespace, pod, uid) kube_pod_created{{{ns}}}){servers}"}
+              for phase, metric in START_PHASES]
+    first_served = {"record": FIRST_SERVED_RECORD,
+                    "expr": (f"({FIRST_SERVED_RECORD}{{{ns}}}"
+                             f" or timestamp(sum by (namespace, pod) (vllm:request_success_total{{{ns}}}) > 0))"
+                             f" and on (namespace, pod) kube_pod_created{{{ns}}}")}
+    served = {"record": START_PHASE_RECORD, "labels": {"phase": SERVED_PHASE},
+              "expr": f"({FIRST_SERVED_RECORD}{{{ns}}} - on (namespace, pod) group_right () kube_pod_created{{{ns}}}){servers}"}
+    return [*phases, first_served, served]
 
 
 def batch_slot_rules(generations: list[str], max_num_seqs: Mapping[str, int]) -> list[dict[str, Any]]:

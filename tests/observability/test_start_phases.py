@@ -105,3 +105,39 @@ def test_gen1_panel_says_its_ready_is_the_ray_serve_proxy() -> None:
     assert worker["readinessProbe"]["httpGet"]["path"] == "/-/healthz"
     assert "Ray Serve proxy" in description("gennstack-gen1-inf2.json")
     assert "the model loaded" in description("gennstack-gen3-g6e.json")
+
+
+def test_served_is_the_first_successful_request_the_pods_own_server_counted(tmp_path: Path) -> None:
+    """vLLM's vllm:request_success_total (vllm/v1/metrics/loggers.py at v0.29.0 and v0.13.0) as the PodMonitor
+    scrapes it (namespace, pod, plus vLLM's finished_reason and engine). Pod a is created at 60 s and finishes
+    its first request before the 4-minute evaluation; its server restarts at 6 minutes (the counter back to 0)
+    and the phase stays. Pod b is Ready and has served nothing: no phase. Pod c served, then was deleted
+    (kube-state-metrics stops listing it): nothing of it is kept."""
+    def pod(name: str, created: str) -> list[dict[str, str]]:
+        ident = f'namespace="{NS}", pod="{name}", uid="u-{name}"'
+        return [{"series": f"kube_pod_created{{{ident}}}", "values": created},
+                {"series": f'kube_pod_labels{{{ident}, label_app_kubernetes_io_name="gen3-g6e", '
+                           'label_app_kubernetes_io_component="server"}', "values": created.replace("60", "1").replace("30", "1")}]
+
+    def success(name: str, reason: str, values: str) -> dict[str, str]:
+        return {"series": f'vllm:request_success_total{{namespace="{NS}", pod="{name}", finished_reason="{reason}", '
+                          f'engine="0", model_name="gpt-oss-20b"}}', "values": values}
+
+    series = [
+        *pod("gen3-g6e-a", "60x15"), *pod("gen3-g6e-b", "30x15"), *pod("gen3-g6e-c", "30x3"),
+        success("gen3-g6e-a", "stop", "0 0 0 0 2 5 0 1 1 1 1 1 1 1 1 1"),
+        success("gen3-g6e-a", "length", "0x15"),
+        success("gen3-g6e-b", "stop", "0x15"),
+        success("gen3-g6e-c", "stop", "0 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1"),
+    ]
+    served = {"labels": f'{START_PHASE_RECORD}{{label_app_kubernetes_io_name="gen3-g6e", namespace="{NS}", '
+                        'phase="served", pod="gen3-g6e-a", uid="u-gen3-g6e-a"}', "value": 240 - 60}
+    _promtool(tmp_path, series, [{"promql_expr_test": [
+        {"expr": f'{START_PHASE_RECORD}{{phase="served", pod=~"gen3-g6e-[ab]"}}', "eval_time": "3m", "exp_samples": []},
+        {"expr": f'{START_PHASE_RECORD}{{phase="served", pod=~"gen3-g6e-[ab]"}}', "eval_time": "5m", "exp_samples": [served]},
+        {"expr": f'{START_PHASE_RECORD}{{phase="served", pod="gen3-g6e-c"}}', "eval_time": "3m", "exp_samples": [
+            {"labels": served["labels"].replace("gen3-g6e-a", "gen3-g6e-c"), "value": 60 - 30}]},
+        # After the restart, and with c gone: a's phase as it was, nothing of c.
+        {"expr": f'{START_PHASE_RECORD}{{phase="served"}}', "eval_time": "12m", "exp_samples": [served]},
+        {"expr": 'gennstack:serving_pod_first_served_time{pod="gen3-g6e-c"}', "eval_time": "12m", "exp_samples": []},
+    ]}])
