@@ -15,7 +15,9 @@ the log group named by the template's ``gennstack.io/handler-log-group`` tag, fo
 they arrive, and added as events with ``source: "interruption-handler"``: rebalance_recommendation,
 interruption_warning, scheduled_change, drained, node_gone (gennstack/drill/handler_log.py). They
 reach the bench's timeline only if the bench is still running then; a failure here prints a warning
-and never fails the drill. "Replacement ready" is not among them: it would need the cluster.
+and never fails the drill. "Replacement ready" is not among them: it would need the cluster (each
+pod records its Ready and first served request as start phases in the cluster's Prometheus,
+gennstack/observability/rules.py, which this command does not read).
 
 ``--target multinode`` interrupts one member node of a multi-node group (``serving.multi_node``): the
 template for it targets one running spot node of the generation's NodePool of the groups' instance
@@ -32,7 +34,9 @@ or an AWS call failed (the message says which and why); 2 bad arguments or confi
 
 ``--local`` runs the drill on this machine instead, without AWS: mock replicas of the generation's
 model behind the local gateway, one of them warned and then gone, once with drain routing and once
-without (gennstack/drill/local.py); it writes ``comparison.md`` and each run's bench result. Then the
+without (gennstack/drill/local.py), each time replacing the doomed replica when it is gone and
+timing its replacement's Ready and first served stream; it writes ``comparison.md``,
+``replacements.md`` and each run's bench result. Then the
 cases drain cannot save (gennstack/drill/resume_drill.py): a replica SIGKILLed mid-answer without warning,
 and answers longer than the grace, each with the resume relay off and on; it writes ``resume.md``.
 ``--cases smollm2`` (not in the default; needs ``make setup-demo``) runs the SIGKILL case on the real model,
@@ -438,7 +442,7 @@ def run_local(args: argparse.Namespace, *, stdout: TextIO | None = None, stderr:
     except KeyboardInterrupt:
         print("gennstack drill --local: interrupted", file=err)
         return 130
-    for name in ("comparison.md", "resume.md", "smollm2.md"):
+    for name in ("comparison.md", "replacements.md", "resume.md", "smollm2.md"):
         if (output / name).exists():
             print("", file=out)
             print((output / name).read_text(encoding="utf-8"), file=out)

@@ -22,6 +22,16 @@ spot warning is tested end to end in ``tests/lambdas/test_drain_routing_e2e.py``
 nothing changes until the replica is gone. Both runs use the same schedule, and the comparison
 (``comparison.md``, ``comparison.json``) says what users lost in each.
 
+When the doomed replica is gone, the drill starts its replacement, as the Deployment does when its
+pod goes: a mock server on the next loopback address, added to the Service's answer once its
+``/health`` answers (Ready). The drill times, from "gone", that Ready and the replacement's first
+completed stream by its own count (``/stats``), the phases a cluster pod records as
+``ready`` and ``served`` (gennstack/observability/rules.py); both are events of the run
+(``replacement_ready``, ``replacement_served``), so they are markers on the bench's timeline, and
+fields of ``comparison.json``; ``replacements.md`` is their table. "Gone" is when the drill sees the
+replica's ``replica_gone`` line (it polls every 20 ms). A mock starts in a fraction of a second: the
+numbers show the drill's mechanism, not a model server's cold start.
+
 What it does not model: the EndpointSlice controller's own delay (about a second) and a real
 CoreDNS cache; Karpenter's drain at the warning (in AWS it evicts the node's pods within the two
 minutes, so "drain off" here is the case where nothing removes the pod before the reclaim: no
@@ -38,6 +48,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -184,6 +195,11 @@ class RunResult:
     survivors_streams_completed: int
     label_to_out_of_rotation_s: float | None
     markers: list[dict[str, Any]] = field(default_factory=list)
+    # The doomed replica's replacement, started when it was gone: seconds from "gone" to its /health
+    # answering (Ready) and to its first completed stream (served); None: not within the run.
+    replacement_ready_s: float | None = None
+    replacement_served_s: float | None = None
+    replacement_streams_completed: int = 0
 
 
 def _bench_argv(settings: LocalDrillSettings, base_url: str, out: Path, events: Path) -> list[str]:
@@ -232,14 +248,20 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
                     with (folder / "bench.log").open("w", encoding="utf-8") as bench_log:
                         bench = subprocess.Popen(_bench_argv(settings, gw.base_url, folder / "bench", events_path),
                                                  stdout=bench_log, stderr=subprocess.STDOUT)
+                        replacement: list[MockProcess] = []
                         try:
                             drained = _drive(settings, drain=drain, gw=gw, doomed=doomed, doomed_pod=pods[0], bench=bench, log=log)
+                            replaced = _replace(settings, flags=flags, port=doomed.port, pods=pods, gateway=gateway,
+                                                events_path=events_path, bench=bench, log=log, started=replacement)
                             code = bench.wait(timeout=settings.duration_s + 120)
                             survivors_completed = sum(r.stats()["completed_streams"] for r in replicas[1:])
+                            replacement_completed = replacement[0].stats()["completed_streams"] if replacement else 0
                         finally:
                             if bench.poll() is None:
                                 bench.kill()
                                 bench.wait()
+                            for process in replacement:
+                                process.stop()
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:  # URLError and TimeoutError are OSErrors
         raise LocalDrillError(f"the {'drain-on' if drain else 'drain-off'} run failed: {exc}") from exc
     log.add("drill_end", f"bench exited {code}", exit_code=code, source=SOURCE)
@@ -265,7 +287,64 @@ def run_once(settings: LocalDrillSettings, *, drain: bool, folder: Path, gateway
         survivors_streams_completed=survivors_completed,
         label_to_out_of_rotation_s=drained["label_to_out_of_rotation_s"],
         markers=list(timeline["markers"]),
+        replacement_ready_s=replaced["ready_s"],
+        replacement_served_s=replaced["served_s"],
+        replacement_streams_completed=replacement_completed,
     )
+
+
+def _gone_seen(events_path: Path) -> bool:
+    """Whether the doomed replica's ``replica_gone`` line is in the events file (a line being written is not yet)."""
+    for line in events_path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line).get("event") == "replica_gone":
+                return True
+        except json.JSONDecodeError:
+            continue
+    return False
+
+
+def _health_ok(process: MockProcess) -> bool:
+    try:
+        with urllib.request.urlopen(process.base_url.removesuffix("/v1") + "/health", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def _replace(settings: LocalDrillSettings, *, flags: Sequence[str], port: int, pods: list[dict[str, Any]],
+             gateway: GatewayConfig, events_path: Path, bench: subprocess.Popen, log: EventLog,
+             started: list[MockProcess]) -> dict[str, float | None]:
+    """Once the doomed replica is gone (its ``replica_gone`` line), start its replacement on the next loopback
+    address and the same port, add its pod to the Service's answer once it is Ready, and time, from "gone",
+    Ready and its first completed stream (None: the bench ended first). ``started`` receives the process."""
+    _wait(lambda: _gone_seen(events_path) or bench.poll() is not None, settings.gone_after_s + 60, "the doomed replica going")
+    if bench.poll() is not None:
+        return {"ready_s": None, "served_s": None}
+    gone_at = time.monotonic()
+    process = start_process(*flags, host=str(FIRST_ADDRESS + settings.replicas), port=port)
+    started.append(process)
+    _wait(lambda: _health_ok(process), 30, "the replacement answering /health")
+    ready_s = round(time.monotonic() - gone_at, 3)
+    service = gateway.models[settings.model].service
+    name = f"{service}-local-{settings.replicas}"
+    pods.append({"metadata": {"name": name, "namespace": gateway.serving_namespace,
+                              "labels": {NAME_LABEL: service, COMPONENT_LABEL: SERVER_COMPONENT, ROUTABLE_LABEL: "true"}},
+                 "spec": {"nodeName": f"local-node-{settings.replicas}"},
+                 "status": {"podIP": process.host, "conditions": [{"type": "Ready", "status": "True"}]}})
+    log.add("replacement_ready", f"{name} ({process.host}) Ready {ready_s:.2f} s after the doomed replica was gone",
+            pod=name, seconds_after_gone=ready_s, source=SOURCE)
+    try:
+        _wait(lambda: process.stats()["completed_streams"] > 0 or bench.poll() is not None, settings.duration_s + 60,
+              "the replacement's first completed stream")
+    except LocalDrillError:
+        return {"ready_s": ready_s, "served_s": None}
+    if process.stats()["completed_streams"] == 0:
+        return {"ready_s": ready_s, "served_s": None}
+    served_s = round(time.monotonic() - gone_at, 3)
+    log.add("replacement_served", f"{name} completed its first stream {served_s:.2f} s after the doomed replica was gone",
+            pod=name, seconds_after_gone=served_s, source=SOURCE)
+    return {"ready_s": ready_s, "served_s": served_s}
 
 
 # After Envoy's admin page shows a host removed, how long until every worker thread has the update
@@ -312,12 +391,13 @@ def run_local_drill(settings: LocalDrillSettings, output: Path, *, gateway: Gate
     gateway = gateway or GatewayConfig()
     if settings.model not in gateway.models:
         raise LocalDrillError(f"model {settings.model!r} is not in gateway.models ({', '.join(gateway.models)})")
-    _check_loopback(settings.replicas)
+    _check_loopback(settings.replicas + 1)  # the replicas and the doomed one's replacement
     results = [run_once(settings, drain=drain, folder=output / ("drain-on" if drain else "drain-off"), gateway=gateway, out=out)
                for drain in (True, False)]
     payload = {"settings": asdict(settings), "runs": [asdict(r) for r in results]}
     (output / "comparison.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     (output / "comparison.md").write_text(comparison_markdown(settings, results), encoding="utf-8")
+    (output / "replacements.md").write_text(replacement_markdown(results), encoding="utf-8")
     return results
 
 
@@ -357,4 +437,21 @@ def comparison_markdown(settings: LocalDrillSettings, results: Sequence[RunResul
             f"| {'on' if r.drain else 'off'} | {r.requests_lost} | {r.broken_streams} | {r.doomed_new_requests_after_warning} "
             f"| {_fmt(r.doomed_new_requests_after_out_of_rotation)} | {r.doomed_streams_completed} of {r.doomed_streams_started} "
             f"| {_fmt(r.label_to_out_of_rotation_s, ' s')} | {_fmt(r.seconds_below_50pct)} | {_fmt(r.time_to_recover_95_s, ' s')} |")
+    return "\n".join(lines) + "\n"
+
+
+def replacement_markdown(results: Sequence[RunResult]) -> str:
+    """The doomed replica's replacement in each run: seconds from "gone" to Ready and to its first served stream."""
+    lines = [
+        "Each run's replacement of the doomed replica, started when it was gone (as the Deployment replaces a "
+        "deleted pod): seconds from \"gone\" until its `/health` answered (Ready, then in the Service's answer) "
+        "and until it completed its first stream (served), by its own count. A mock server starts in a fraction of a "
+        "second: this shows the drill's mechanism, not a model server's cold start.",
+        "",
+        "| drain routing | replacement Ready | replacement served | its streams completed |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(f"| {'on' if r.drain else 'off'} | {_fmt(r.replacement_ready_s, ' s')} | "
+                     f"{_fmt(r.replacement_served_s, ' s')} | {r.replacement_streams_completed} |")
     return "\n".join(lines) + "\n"

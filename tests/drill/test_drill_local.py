@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from dnslib import RCODE, DNSRecord
 
-from gennstack.drill.local import LocalDrillError, LocalDrillSettings, RunResult, comparison_markdown, service_for
+from gennstack.drill.local import (
+    LocalDrillError, LocalDrillSettings, RunResult, comparison_markdown, replacement_markdown, service_for,
+)
 from gennstack.drill.service_dns import Service, ServiceDNS, selector_matches, service_addresses
 from tests.support import ROOT
 
@@ -117,6 +119,21 @@ def test_the_table_has_one_row_per_run() -> None:
     assert "| on | 0 | 0 | 18 | 0 | 177 of 177 | 1.003 s | 0 | 0 s |" in table
     assert "| off | 8 | 8 | 177 | n/a | 325 of 333 | n/a | 0 | 1 s |" in table
     assert "50-token streams of 0.51 s" in table
+
+
+def test_the_replacement_table_has_each_runs_ready_and_served_after_gone() -> None:
+    """replacements.md: a replacement that served, and one the bench ended before it served (n/a)."""
+    common = dict(requests_lost=0, broken_streams=0, failures_by_class={}, baseline_tok_s=None, seconds_below_50pct=None,
+                  time_to_recover_95_s=None, doomed_new_requests_after_warning=0, doomed_new_requests_after_out_of_rotation=None,
+                  doomed_streams_started=1, doomed_streams_completed=1, survivors_streams_completed=1,
+                  label_to_out_of_rotation_s=None)
+    runs = [RunResult(drain=True, **common, replacement_ready_s=0.109, replacement_served_s=2.352, replacement_streams_completed=125),
+            RunResult(drain=False, **common, replacement_ready_s=0.2)]
+    table = replacement_markdown(runs)
+    assert "| on | 0.109 s | 2.352 s | 125 |" in table
+    assert "| off | 0.2 s | n/a | 0 |" in table
+    # the drain/no-drain table is unchanged by them (the README's block is that table)
+    assert "replacement" not in comparison_markdown(LocalDrillSettings(), runs)
 
 
 def _drill(tmp_path: Path, argv: list[str], config: dict | None = None) -> tuple[int, str]:

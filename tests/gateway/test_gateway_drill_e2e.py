@@ -36,6 +36,8 @@ from gennstack import cli
 from gennstack.drill.local import LocalDrillSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timing]
+# The doomed replica's replacement, started when it is gone: its Ready and its first completed stream.
+REPLACEMENT = ("replacement_ready", "replacement_served")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +85,7 @@ def _assert_the_survivor_served_the_rest(drill: dict, drain: bool, marks: dict[s
     buckets, requests = level["timeline"]["buckets"], level["requests"]
     assert sum(b["completed"] for b in buckets if b["t_s"] > marks["replica_gone"]) > 0, buckets
     assert not [b for b in buckets if b["errors"] and b["t_s"] > marks["replica_gone"] + 1.5], buckets
-    servers = run["doomed_streams_completed"] + run["survivors_streams_completed"]
+    servers = run["doomed_streams_completed"] + run["survivors_streams_completed"] + run["replacement_streams_completed"]
     counted = requests["completed"] + requests["warmup"]
     assert 0 <= servers - counted <= requests["incomplete"], (run, requests)
 
@@ -100,7 +102,7 @@ def test_the_command_ran_the_documented_schedule(drill) -> None:
 def test_drain_on_nothing_is_lost_and_the_doomed_replica_takes_no_new_request(drill) -> None:
     settings, run = drill["settings"], _run(drill, True)
     marks = {m["event"]: m["t_s"] for m in run["markers"]}
-    assert set(marks) == {"interruption_warning", "drained", "out_of_rotation", "replica_gone"}
+    assert set(marks) == {"interruption_warning", "drained", "out_of_rotation", "replica_gone", *REPLACEMENT}
     # the drill drains when it sees the replica's own warning (polled), as the handler follows EC2's, and the
     # gateway had dropped the replica before it was gone
     assert marks["interruption_warning"] <= marks["drained"] <= marks["out_of_rotation"] < marks["replica_gone"]
@@ -117,7 +119,7 @@ def test_drain_on_nothing_is_lost_and_the_doomed_replica_takes_no_new_request(dr
 def test_drain_off_new_requests_reach_the_doomed_replica_until_it_is_gone_and_break(drill) -> None:
     settings, run, drained = drill["settings"], _run(drill, False), _run(drill, True)
     marks = {m["event"]: m["t_s"] for m in run["markers"]}
-    assert set(marks) == {"interruption_warning", "replica_gone"}
+    assert set(marks) == {"interruption_warning", "replica_gone", *REPLACEMENT}
     gone = _assert_the_replica_kept_its_schedule(drill, False, marks)
     buckets = json.loads((drill["folder"] / "drain-off" / "bench" / "result.json").read_text())["levels"][0]["timeline"]["buckets"]
     # about half of all requests between the warning and "gone" (two replicas, least request): at least a
@@ -142,3 +144,21 @@ def test_the_report_is_one_table_row_per_run(drill) -> None:
     lines = drill["markdown"].splitlines()
     rows = [line for line in lines if line.startswith("| on ") or line.startswith("| off ")]
     assert len(rows) == 2 and rows[0].startswith("| on | 0 | 0 |")
+
+
+@pytest.mark.parametrize("drain", [True, False], ids=["drain-on", "drain-off"])
+def test_the_replacement_became_ready_and_served_after_the_doomed_replica_was_gone(drill, drain) -> None:
+    """The drill starts the replacement when the doomed replica's replica_gone line appears, as the Deployment
+    replaces a deleted pod: its Ready (its /health answered) and its first completed stream (its own count)
+    come after "gone" and in that order, on the events file, the bench's markers and comparison.json alike;
+    replacements.md has them as its table."""
+    run, events = _run(drill, drain), _events(drill, drain)
+    marks = {m["event"]: m["t_s"] for m in run["markers"]}
+    assert marks["replica_gone"] < marks["replacement_ready"] <= marks["replacement_served"]
+    ready, served = events["replacement_ready"], events["replacement_served"]
+    assert ready["source"] == served["source"] == "local-drill" and ready["pod"] == served["pod"] == "gen3-g6e-local-2"
+    assert (run["replacement_ready_s"], run["replacement_served_s"]) == (ready["seconds_after_gone"], served["seconds_after_gone"])
+    assert 0 < run["replacement_ready_s"] <= run["replacement_served_s"]
+    assert run["replacement_streams_completed"] > 0
+    row = f"| {'on' if drain else 'off'} | {run['replacement_ready_s']:g} s | {run['replacement_served_s']:g} s | "
+    assert row in (drill["folder"] / "replacements.md").read_text()
