@@ -15,9 +15,12 @@ the log group named by the template's ``gennstack.io/handler-log-group`` tag, fo
 they arrive, and added as events with ``source: "interruption-handler"``: rebalance_recommendation,
 interruption_warning, scheduled_change, drained, node_gone (gennstack/drill/handler_log.py). They
 reach the bench's timeline only if the bench is still running then; a failure here prints a warning
-and never fails the drill. "Replacement ready" is not among them: it would need the cluster (each
-pod records its Ready and first served request as start phases in the cluster's Prometheus,
-gennstack/observability/rules.py, which this command does not read).
+and never fails the drill. With ``--prometheus-url`` (the stack's Prometheus, port-forwarded), the
+generation's server pods created since the drill started, the replacements, are then followed for up
+to ``--replacement-wait`` seconds until each has served: their ``ready`` and ``served`` start phases
+(gennstack/observability/rules.py, recorded in the cluster from the pods' conditions and their own
+vLLM's request counter) become events ``replacement_ready`` and ``replacement_served`` at the time
+each happened (gennstack/drill/replacements.py). Without it the output has no replacement times.
 
 ``--target multinode`` interrupts one member node of a multi-node group (``serving.multi_node``): the
 template for it targets one running spot node of the generation's NodePool of the groups' instance
@@ -66,7 +69,11 @@ from gennstack.config_base import GENERATION_NAMES
 from gennstack.drill.events import EVENTS_FILE, EventLog
 from gennstack.drill.handler_log import SOURCE as HANDLER_SOURCE
 from gennstack.drill.handler_log import Marker, gone, handler_events, markers_from_events, resolved_instances
+from gennstack.drill.replacements import PHASES as REPLACEMENT_EVENTS
+from gennstack.drill.replacements import SOURCE as REPLACEMENT_SOURCE
+from gennstack.drill.replacements import Fetch, Phase, PrometheusError, all_served, http_fetch, replacement_phases
 from gennstack.drill.templates import HANDLER_LOG_GROUP_TAG, TARGET_TAG, TARGETS, template_tags
+from gennstack.observability.rules import POOLS, SERVED_PHASE
 
 TERMINAL = frozenset({"completed", "stopped", "failed", "cancelled"})
 # The IAM actions the command uses (StartExperiment with tags also needs fis:TagResource; the last two
@@ -89,6 +96,10 @@ STOP_WAIT_SECONDS = 120.0
 # After the experiment ends: how long to keep asking CloudWatch Logs for the handler's lines (they
 # arrive with a lag) until every interrupted instance has its "gone" line, and how often.
 HANDLER_WAIT_SECONDS = 60.0
+# With --prometheus-url, after the experiment: how long to keep asking for the replacement pods' phases
+# (the reclaim comes two minutes after the warning, then the new pod loads: minutes), and how often.
+REPLACEMENT_WAIT_SECONDS = 900.0
+REPLACEMENT_POLL_SECONDS = 15.0
 HANDLER_POLL_SECONDS = 10.0
 
 
@@ -213,11 +224,15 @@ def drill(
     logs: Any = None,
     warn: Callable[[str], None] = _warn_stderr,
     target: str = "nodes",
+    prometheus: Fetch | None = None,
+    replacement_wait_seconds: float = REPLACEMENT_WAIT_SECONDS,
 ) -> int:
     """Run one drill; returns the exit code. Raises :class:`DrillError` with the operator's message.
 
     Once the experiment has ended (or stopped after Ctrl-C), and before waiting for the bench, the
-    interruption handler's lines become markers (:func:`handler_markers`; skipped without ``logs``).
+    interruption handler's lines become markers (:func:`handler_markers`; skipped without ``logs``);
+    then, with ``prometheus``, the replacement pods' Ready and first served request
+    (:func:`replacement_markers`).
     """
     try:
         template = find_template(fis, cluster_name=config.cluster_name, generation=generation, nodes=nodes, region=region,
@@ -258,6 +273,11 @@ def drill(
         status, reason, code = _follow(fis, experiment_id, log, poll_seconds=poll_seconds, sleep=sleep, last=(status, reason, code))
         markers(experiment_id)
         _check_outcome(experiment_id, status, reason, code)
+        if prometheus is not None and target != "nodes":
+            warn(f"no replacement markers for --target {target}: the start phases are recorded for server pods only")
+        elif prometheus is not None:
+            replacement_markers(prometheus, namespace=config.serving.namespace, pool=POOLS[generation], since=since, log=log,
+                                warn=warn, sleep=sleep, monotonic=monotonic, wait_seconds=replacement_wait_seconds)
     except KeyboardInterrupt:
         try:
             if experiment_id is not None:
@@ -331,6 +351,51 @@ def _stop(fis: Any, experiment_id: str, log: EventLog, *, sleep: Callable[[float
             return
         sleep(poll_seconds)
     raise DrillError(f"experiment {experiment_id} did not stop within {STOP_WAIT_SECONDS:.0f} s; check it in the FIS console")
+
+
+def replacement_markers(
+    prometheus: Fetch,
+    *,
+    namespace: str,
+    pool: str,
+    since: datetime,
+    log: EventLog,
+    warn: Callable[[str], None],
+    sleep: Callable[[float], None],
+    monotonic: Callable[[], float],
+    wait_seconds: float = REPLACEMENT_WAIT_SECONDS,
+    poll_seconds: float = REPLACEMENT_POLL_SECONDS,
+) -> int:
+    """Add, as events, when each of ``pool``'s server pods created since the drill started became Ready
+    and served its first request, from the pods' start phases in Prometheus (gennstack/drill/replacements.py);
+    how many. Asks again every ``poll_seconds`` until each such pod has served or ``wait_seconds`` have
+    passed (a replacement starts when its node is reclaimed or drained, and loads for minutes). Never fails
+    the drill: an unreachable Prometheus, an error or a Ctrl-C prints one warning line and keeps what was found."""
+    pods: list[str] = []
+    phases: list[Phase] = []
+    try:
+        deadline = monotonic() + wait_seconds
+        while True:
+            pods, phases = replacement_phases(prometheus, namespace=namespace, pool=pool, since_unix=since.timestamp())
+            if all_served(pods, phases) or monotonic() + poll_seconds > deadline:
+                break
+            sleep(poll_seconds)
+    except PrometheusError as exc:
+        warn(f"replacement markers incomplete: {exc}")
+    except KeyboardInterrupt:
+        warn("replacement markers incomplete: interrupted (Ctrl-C) while asking Prometheus")
+    for phase in phases:
+        event = REPLACEMENT_EVENTS[phase.phase]
+        log.add(event, f"{phase.pod}: {phase.phase} {phase.seconds:g} s after it was created", at=phase.at,
+                source=REPLACEMENT_SOURCE, pod=phase.pod, seconds_after_created=phase.seconds)
+    served = {p.pod for p in phases if p.phase == SERVED_PHASE}
+    summary = f"replacements: {len(pods)} {pool} pod(s) created since the drill started, {len(served)} served"
+    if not pods:
+        summary += f" (none in {namespace} yet)"
+    elif set(pods) - served:
+        summary += f"; not served (yet): {', '.join(sorted(set(pods) - served))}"
+    log.say(summary)
+    return len(phases)
 
 
 def handler_markers(
@@ -533,7 +598,9 @@ def run(
         code = drill(fis, config=config, generation=args.generation, nodes=args.nodes, region=region, log=log,
                      poll_seconds=args.poll_seconds, sleep=sleep, monotonic=monotonic, bench=bench,
                      bench_lead_seconds=args.bench_lead, logs=logs,
-                     warn=lambda text: print(f"gennstack drill: warning: {text}", file=err, flush=True), target=args.target)
+                     warn=lambda text: print(f"gennstack drill: warning: {text}", file=err, flush=True), target=args.target,
+                     prometheus=http_fetch(args.prometheus_url) if args.prometheus_url else None,
+                     replacement_wait_seconds=args.replacement_wait)
     except DrillError as exc:
         log.add("drill_end", f"drill failed: {exc}", outcome="error", error=str(exc))
         print(f"gennstack drill: {exc}", file=err)
@@ -563,6 +630,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--bench-lead", type=float, default=60.0, metavar="SECONDS",
                         help="start the bench this long before the experiment, for a baseline (default: %(default)s)")
     parser.add_argument("--poll-seconds", type=float, default=5.0, help="GetExperiment interval (default: %(default)s)")
+    parser.add_argument("--prometheus-url", metavar="URL",
+                        help="the stack's Prometheus (e.g. a kubectl port-forward, http://127.0.0.1:9090): after the experiment, "
+                             "add when the generation's replacement pods became Ready and served their first request, "
+                             "from their start phases")
+    parser.add_argument("--replacement-wait", type=float, default=REPLACEMENT_WAIT_SECONDS, metavar="SECONDS",
+                        help="with --prometheus-url, how long to wait for every replacement to serve (default: %(default)s)")
     parser.add_argument("--output-dir", help="result folder (default: drill-results/<UTC time>-<generation>-<nodes>)")
     parser.add_argument("--config", metavar="PATH", help="config file deep-merged over cdk.json, as `-c config=PATH`")
     parser.add_argument("--cdk-json", default="cdk.json", metavar="PATH", help="cdk.json to read (default: %(default)s)")

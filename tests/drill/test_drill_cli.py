@@ -657,3 +657,52 @@ def test_ctrl_c_while_reading_the_log_keeps_what_was_found(tmp_path: Path, fis: 
     assert err == "gennstack drill: warning: handler markers incomplete: interrupted (Ctrl-C) while reading the handler's log\n"
     assert [e["event"] for e in events(output)][-2:] == ["interruption_warning", "drill_end"]
     assert f"no gone line (yet) for {INSTANCE}" in out
+
+
+def test_prometheus_url_adds_the_replacements_ready_and_served_after_the_experiment(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
+    """--prometheus-url: once the experiment completed, the generation's server pods created since the drill
+    started are read from the cluster's start phases (a local HTTP server answering as Prometheus' /api/v1/query)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlsplit
+
+    asked: list[str] = []
+    created = START.timestamp() + 100
+
+    class Prometheus(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            query = parse_qs(urlsplit(self.path).query)["query"][0]
+            asked.append(query)
+            if query.startswith("kube_pod_created"):
+                result = [{"metric": {"namespace": "gennstack-serving", "pod": "gen3-g6e-new"}, "value": [0, repr(created)]}]
+            else:
+                result = [{"metric": {"namespace": "gennstack-serving", "pod": "gen3-g6e-new", "phase": phase},
+                           "value": [0, seconds]} for phase, seconds in (("ready", "60"), ("served", "62.5"))]
+            data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _, stubber = fis
+    older = summary()
+    del older["tags"]["gennstack.io/handler-log-group"]  # no handler log to read: this test is about Prometheus
+    list_templates(stubber, older)
+    start(stubber)
+    get(stubber, "completed")
+    try:
+        code, out, _, output = drill_cli(tmp_path, fis, ["--generation", "g6e", "--prometheus-url", f"http://127.0.0.1:{server.server_port}"])
+    finally:
+        server.shutdown()
+    assert code == 0 and len(asked) == 2 and 'label_app_kubernetes_io_name="gen3-g6e"' in asked[0]
+    assert f"> {START.timestamp():.3f}" in asked[0]  # created after the drill started
+    replacements = [(e["time"], e["event"], e["pod"]) for e in events(output) if e.get("source") == "prometheus"]
+    assert replacements == [("2026-11-30T12:02:40Z", "replacement_ready", "gen3-g6e-new"),
+                            ("2026-11-30T12:02:42.500000Z", "replacement_served", "gen3-g6e-new")]
+    assert "replacements: 1 gen3-g6e pod(s) created since the drill started, 1 served" in out
+    assert [e["event"] for e in events(output)][-1] == "drill_end"
