@@ -33,8 +33,9 @@ echo "compiled and loaded in $(( $(date +%s) - started )) s"
 kill -TERM "$server"
 wait "$server" || true
 # The object-storage loader's copy of the model's config and tokenizer files
-# (<VLLM_CACHE_ROOT>/assets/model_streamer/, vllm 0.29.0 vllm/transformers_utils/runai_utils.py
-# ObjectStorageModel): not compile output; each server fetches its own.
+# (<VLLM_ASSETS_CACHE>/model_streamer/, vllm 0.29.0 vllm/transformers_utils/runai_utils.py
+# ObjectStorageModel; VLLM_ASSETS_CACHE defaults to ~/.cache/vllm/assets, vllm/envs.py, which with
+# HOME=/home/vllm is <VLLM_CACHE_ROOT>/assets): not compile output; each server fetches its own.
 if [ -z "${NEURON_COMPILED_ARTIFACTS:-}" ]; then
   rm -rf "$out/assets"
 fi
