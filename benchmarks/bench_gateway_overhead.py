@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=50)
     parser.add_argument("--routing", default="prefix", choices=["prefix", "least-request"],
                         help="the gateway's routing for gpt-oss-20b (least-request: no prefix-key Lua; default: %(default)s)")
+    parser.add_argument("--no-resume", action="store_true",
+                        help="the gateway without the resume relay (one Envoy listener, as before issue 30)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "gateway_overhead.json")
     args = parser.parse_args(argv)
 
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"http://127.0.0.1:{mock_port}/health", 60)
         gateway = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(gw_port),
                                     "--admin-port", str(admin_port), "--rate-limit", "0", "--routing", args.routing,
-                                    "--endpoint", f"{MODEL}=http://127.0.0.1:{mock_port}/v1"],
+                                    "--endpoint", f"{MODEL}=http://127.0.0.1:{mock_port}/v1",
+                                    *(["--no-resume"] if args.no_resume else [])],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
         wait_http(f"http://127.0.0.1:{admin_port}/ready", 60)
         sides = {"direct": f"http://127.0.0.1:{mock_port}/v1", "gateway": f"http://127.0.0.1:{gw_port}/v1"}
@@ -102,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     result = {
         "what": f"gennstack bench, concurrency {args.concurrency}, {args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
-                f"ITL {ITL_S * 1000:g} ms; direct vs gennstack gateway local (default config, {args.routing} routing), "
+                f"ITL {ITL_S * 1000:g} ms; direct vs gennstack gateway local (default config, {args.routing} routing"
+                f"{', resume off' if args.no_resume else ', resume on'}), "
                 f"{args.rounds} alternating rounds of {args.duration:g} s each",
         "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},
         "ms": {side: {key: summary(side, key) for key in ("ttft_s", "itl_s")} for side in pooled},

@@ -80,15 +80,16 @@ RESUME_RELAY = f"{GATEWAY_RELEASE}-resume"  # the relay's Deployment, Service, C
 RESUME_PORT = 8080
 RESUME_METRICS_PORT = 9464
 # Relay sizing, from benchmarks/bench_resume_relay.py (benchmarks/results/resume_relay.json; a test holds
-# these at or under what it measured): one relay core streams 100,000 tokens/s (measured 107,711 per
-# CPU-second, one token per chunk) and costs 2.6 ms of CPU per request of 50 tokens (measured 2.583, the
-# aiohttp server and client requests included). Two replicas at a 250m request reserve 50,000 tokens/s
-# (1,000 streams at 50 tokens/s) or about 190 new requests/s, and burst into the system nodes' idle CPU
-# (no CPU limit). 250m, not more: the system nodes' room with one node down (gennstack/system_capacity.py)
-# holds the relay and the routing proxies beside everything else at 250m. One process takes requests one
-# after another, so a burst of N simultaneous requests waits up to N x 2.6 ms (docs/gateway.md).
-RESUME_TOKENS_PER_CORE_S = 100_000
-RESUME_CPU_MS_PER_REQUEST = 2.6
+# these at or under what it measured): one relay core streams 80,000 tokens/s (measured 80,611 per
+# CPU-second, one token per chunk; 107,711 in an earlier run) and costs 5.4 ms of CPU per request of 50
+# tokens (measured 5.374; 2.583 earlier), the aiohttp server and client requests included. Two replicas at
+# a 250m request reserve 40,000 tokens/s (800 streams at 50 tokens/s) or about 90 new requests/s, and
+# burst into the system nodes' idle CPU (no CPU limit). 250m, not more: the system nodes' room with one node
+# down (gennstack/system_capacity.py) holds the relay and the routing proxies beside everything else at
+# 250m. One process takes requests one after another, so a burst of N simultaneous requests waits up to N
+# times the per-request cost (docs/gateway.md).
+RESUME_TOKENS_PER_CORE_S = 80_000
+RESUME_CPU_MS_PER_REQUEST = 5.4
 RESUME_RESOURCES = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}
 # The routing proxies: Envoy only (no TLS, no API-key check, no rate limit) plus the AI Gateway's sidecar.
 ROUTING_PROXY_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}}

@@ -283,5 +283,5 @@ def test_the_relays_sizing_comes_from_its_benchmark() -> None:
     assert RESUME_TOKENS_PER_CORE_S <= measured["relay_throughput"]["tokens_per_cpu_s"]
     assert RESUME_CPU_MS_PER_REQUEST >= measured["relay_cpu_ms_per_request"]
     cores = int(RESUME_RESOURCES["requests"]["cpu"].removesuffix("m")) / 1000 * 2  # two replicas
-    assert cores * RESUME_TOKENS_PER_CORE_S == 50_000  # 1,000 streams at 50 tokens/s
-    assert round(cores * 1000 / RESUME_CPU_MS_PER_REQUEST) == 192  # new requests per second
+    assert cores * RESUME_TOKENS_PER_CORE_S == 40_000  # 800 streams at 50 tokens/s
+    assert round(cores * 1000 / RESUME_CPU_MS_PER_REQUEST) == 93  # new requests per second
