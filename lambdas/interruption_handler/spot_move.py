@@ -30,7 +30,9 @@ For gen2-trn2 and gen3-g6e, whose server Deployments KEDA scales: the HPA that K
 State: the annotation ``gennstack.io/return-to-spot`` on the ScaledObject (JSON: the Move, the
 Backoff, the original and the raised minimum, the pods at the start; KEDA v2.20.2 copies a
 ScaledObject's annotations onto its HPA, ``controllers/keda/hpa.go`` ``newHPAForScaledObject``,
-so the HPA shows it too). Each step reads the
+so the HPA shows it too, eventually: KEDA reconciles a ScaledObject on a spec change
+(``GenerationChangedPredicate``, ``controllers/keda/scaledobject_controller.go``), so a step that writes
+only the state reaches the HPA at the next one that changes the minimum). Each step reads the
 ScaledObject, decides, and writes the new state *and* the minimum in one merge patch conditional on
 the read's ``resourceVersion``: a concurrent step's patch makes this one 409 and it does nothing
 (the next reconcile goes on from the stored state), so two moves of one generation never run at once

@@ -12,8 +12,8 @@ s3transfer's classic threaded manager: `S3_CONCURRENCY` parallel requests, 64 Mi
              MARKER_PREFIX (where the staging marker is, when MODEL_PREFIX is a part of the model:
              g6e copies only `<model prefix>tiktoken/`),
              MODEL_EXCLUDE (serve only: comma-separated fnmatch patterns of model keys not to copy;
-             trn2 serves from the presharded checkpoint in its compiled artifacts, so it leaves
-             the model's `*.safetensors` in S3 and copies only config and tokenizer files),
+             trn2 and inf2 serve from the presharded checkpoint in their compiled artifacts, so they leave
+             the model's `*.safetensors` in S3 and copy only config and tokenizer files),
              COMPILE_OPTIONAL = true (serve, g6e: the compile set is vLLM's compile cache, a head
              start: when it is not in S3 yet the server starts without it and compiles itself),
              NEURON_CHECK = true (Neuron pods: first log the node's Neuron driver and the image's

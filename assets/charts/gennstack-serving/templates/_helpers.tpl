@@ -142,7 +142,7 @@ the traced code. The Triton cache (TRITON_CACHE_DIR) goes under it too, so one f
 {{/*
 The init container that fills the pod's cache from S3 with files/s3sync.py, run by the python3 and
 boto3 of the generation's own image (credentials from Pod Identity): Neuron pods copy the weights
-and compiled artifacts (trn2's server, which loads the presharded checkpoint from its artifacts, not
+and compiled artifacts (the servers with saveShardedCheckpoint, trn2's and inf2's, load the presharded checkpoint from them, not
 the model's safetensors); g6e pods (whose weights stream from S3) copy only the staged tiktoken
 encodings and, once the compile Job has staged it, vLLM's compile cache (into their home). mode: serve (fail when anything is missing) or compile (skip a compile already in S3).
 */}}
