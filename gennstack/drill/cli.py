@@ -273,11 +273,12 @@ def drill(
         status, reason, code = _follow(fis, experiment_id, log, poll_seconds=poll_seconds, sleep=sleep, last=(status, reason, code))
         markers(experiment_id)
         _check_outcome(experiment_id, status, reason, code)
-        if prometheus is not None and target != "nodes":
+        if prometheus is not None and target == "multinode":
             warn(f"no replacement markers for --target {target}: the start phases are recorded for server pods only")
         elif prometheus is not None:
             replacement_markers(prometheus, namespace=config.serving.namespace, pool=POOLS[generation], since=since, log=log,
-                                warn=warn, sleep=sleep, monotonic=monotonic, wait_seconds=replacement_wait_seconds)
+                                warn=warn, sleep=sleep, monotonic=monotonic, wait_seconds=replacement_wait_seconds,
+                                served=generation != "inf2")
     except KeyboardInterrupt:
         try:
             if experiment_id is not None:
@@ -365,6 +366,7 @@ def replacement_markers(
     monotonic: Callable[[], float],
     wait_seconds: float = REPLACEMENT_WAIT_SECONDS,
     poll_seconds: float = REPLACEMENT_POLL_SECONDS,
+    served: bool = True,
 ) -> int:
     """Add, as events, when each of ``pool``'s server pods created since the drill started became Ready
     and served its first request, from the pods' start phases in Prometheus (gennstack/drill/replacements.py);
@@ -377,7 +379,8 @@ def replacement_markers(
         deadline = monotonic() + wait_seconds
         while True:
             pods, phases = replacement_phases(prometheus, namespace=namespace, pool=pool, since_unix=since.timestamp())
-            if all_served(pods, phases) or monotonic() + poll_seconds > deadline:
+            # gen1-inf2 records no served phase (its vLLM is not scraped): Ready is the last there is to wait for
+            if all_served(pods, phases, served=served) or monotonic() + poll_seconds > deadline:
                 break
             sleep(poll_seconds)
     except PrometheusError as exc:
@@ -388,12 +391,13 @@ def replacement_markers(
         event = REPLACEMENT_EVENTS[phase.phase]
         log.add(event, f"{phase.pod}: {phase.phase} {phase.seconds:g} s after it was created", at=phase.at,
                 source=REPLACEMENT_SOURCE, pod=phase.pod, seconds_after_created=phase.seconds)
-    served = {p.pod for p in phases if p.phase == SERVED_PHASE}
-    summary = f"replacements: {len(pods)} {pool} pod(s) created since the drill started, {len(served)} served"
+    done = {p.pod for p in phases if p.phase == (SERVED_PHASE if served else "ready")}
+    summary = (f"replacements: {len(pods)} {pool} pod(s) created since the drill started, {len(done)} "
+               + ("served" if served else "Ready (no served phase: its vLLM is not scraped)"))
     if not pods:
         summary += f" (none in {namespace} yet)"
-    elif set(pods) - served:
-        summary += f"; not served (yet): {', '.join(sorted(set(pods) - served))}"
+    elif set(pods) - done:
+        summary += f"; not {'served' if served else 'Ready'} (yet): {', '.join(sorted(set(pods) - done))}"
     log.say(summary)
     return len(phases)
 

@@ -92,7 +92,8 @@ def replacement_phases(fetch: Fetch, *, namespace: str, pool: str, since_unix: f
     return sorted(created), sorted(phases, key=lambda p: (p.created_unix + p.seconds, p.pod, p.phase))
 
 
-def all_served(pods: list[str], phases: list[Phase]) -> bool:
-    """At least one replacement, and every one has served."""
-    served = {p.pod for p in phases if p.phase == SERVED_PHASE}
-    return bool(pods) and set(pods) <= served
+def all_served(pods: list[str], phases: list[Phase], *, served: bool = True) -> bool:
+    """At least one replacement, and every one has served (``served`` False: is Ready, for a generation that
+    records no served phase)."""
+    done = {p.pod for p in phases if p.phase == (SERVED_PHASE if served else "ready")}
+    return bool(pods) and set(pods) <= done

@@ -99,15 +99,19 @@ READY_MEANS = "ready (the server answered /health: the model loaded)"
 GEN1_READY_MEANS = "ready (the pod's Ray Serve proxy answers; its vLLM replica may still be loading)"
 
 
-def _start_phases_panel(pool: str, ready_means: str = READY_MEANS) -> dict[str, Any]:
+SERVED_MEANS = ("and served: its first successful request, from its own vLLM's request counter (to within a scrape "
+                "and a minute)")
+GEN1_SERVED_MEANS = "no served phase: the Ray worker's vLLM listens on loopback and is not scraped"
+
+
+def _start_phases_panel(pool: str, ready_means: str = READY_MEANS, served_means: str = SERVED_MEANS) -> dict[str, Any]:
     """Each serving pod's start (rules.START_PHASE_RECORD): when it was scheduled, initialized, Ready and
     served its first request."""
     return _panel("Serving pod start by phase (s after the pod was created)", "s", [
         (f'max by (pod, phase) ({START_PHASE_RECORD}{{label_app_kubernetes_io_name="{pool}"}})', "{{pod}} {{phase}}"),
     ], description="From the pod's conditions (kube-state-metrics): scheduled (a node bound, its launch included), "
                    "initialized (image pulled and init containers done: on Neuron the weights and artifacts synced, "
-                   f"on g6e the tiktoken files and vLLM's compile cache), {ready_means}; and served: its first "
-                   "successful request, from its own vLLM's request counter (to within a scrape and a minute).")
+                   f"on g6e the tiktoken files and vLLM's compile cache), {ready_means}; {served_means}.")
 
 
 def _replicas(pool: str) -> list[Query]:
@@ -324,7 +328,7 @@ def gen1_dashboard() -> dict[str, Any]:
         _panel("Replicas", "none", _replicas(pool)),
         _panel("Nodes, spot vs on-demand", "none", _nodes("inf2")),
         *_neuron_panels("inf2"),
-        _start_phases_panel(pool, GEN1_READY_MEANS),
+        _start_phases_panel(pool, GEN1_READY_MEANS, GEN1_SERVED_MEANS),
     ]
     return _dashboard("gennstack-gen1-inf2", "GenNStack / gen1-inf2", panels, variables=variables)
 

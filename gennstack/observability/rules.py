@@ -102,10 +102,16 @@ START_PHASES = (("scheduled", "kube_pod_status_scheduled_time"), ("initialized",
 # vllm:request_success_total (vllm/v1/metrics/loggers.py at v0.29.0 and v0.13.0, labels finished_reason,
 # model_name, engine; the PodMonitors add namespace and pod) is 0 until the engine finishes a request.
 # FIRST_SERVED_RECORD keeps the time of the first evaluation at which the pod's sum was above 0: the
-# rule reads its own last value (a rule group evaluates in order, and the previous evaluation's sample is
-# within the 5-minute lookback), so a later restart of the counter never moves it; it is kept only while
-# kube-state-metrics still lists the pod. Resolution: the scrape interval plus the 1-minute evaluation.
+# rule carries its own earliest value of the last FIRST_SERVED_CARRY (a range selector skips the stale
+# markers a rule writes when it returns nothing for a moment, prometheus v3.13.2 rules/group.go, and a
+# failed scrape writes for its target's series, scrape/scrape.go: a kube-state-metrics restart or a
+# Prometheus outage shorter than the carry moves nothing), so a later restart of the counter never moves
+# it; a carried value older than the pod's creation is another pod's of the same name (a StatefulSet's,
+# LeaderWorkerSet leaders) and is dropped; it is kept while kube-state-metrics listed the pod in the last
+# 10 minutes. Resolution: the scrape interval plus the 1-minute evaluation. gen1-inf2 has none: its vLLM
+# listens on loopback inside the Ray worker and is not scraped (gennstack/observability/manifests.py).
 FIRST_SERVED_RECORD = "gennstack:serving_pod_first_served_time"
+FIRST_SERVED_CARRY = "1h"
 SERVED_PHASE = "served"
 
 
@@ -114,15 +120,18 @@ def start_phase_rules(serving_namespace: str) -> list[dict[str, Any]]:
     ``FIRST_SERVED_RECORD``), for the serving namespace's server pods (labelled with their pool,
     ``label_app_kubernetes_io_name``, from kube_pod_labels)."""
     ns = f'namespace="{serving_namespace}"'
-    servers = (" * on (namespace, pod) group_left (label_app_kubernetes_io_name) "
+    # on the uid too: a StatefulSet's pod recreated under its name (LeaderWorkerSet leaders) is listed twice
+    # while the old one's samples are within the lookback, which a match on (namespace, pod) refuses
+    servers = (" * on (namespace, pod, uid) group_left (label_app_kubernetes_io_name) "
                f'kube_pod_labels{{{ns}, label_app_kubernetes_io_component="server"}}')
     phases = [{"record": START_PHASE_RECORD, "labels": {"phase": phase},
                "expr": f"({metric}{{{ns}}} - on (namespace, pod, uid) kube_pod_created{{{ns}}}){servers}"}
               for phase, metric in START_PHASES]
+    created = f"max by (namespace, pod) (last_over_time(kube_pod_created{{{ns}}}[10m]))"
     first_served = {"record": FIRST_SERVED_RECORD,
-                    "expr": (f"({FIRST_SERVED_RECORD}{{{ns}}}"
+                    "expr": (f"((min_over_time({FIRST_SERVED_RECORD}{{{ns}}}[{FIRST_SERVED_CARRY}]) >= on (namespace, pod) {created})"
                              f" or timestamp(sum by (namespace, pod) (vllm:request_success_total{{{ns}}}) > 0))"
-                             f" and on (namespace, pod) kube_pod_created{{{ns}}}")}
+                             f" and on (namespace, pod) {created}")}
     served = {"record": START_PHASE_RECORD, "labels": {"phase": SERVED_PHASE},
               "expr": f"({FIRST_SERVED_RECORD}{{{ns}}} - on (namespace, pod) group_right () kube_pod_created{{{ns}}}){servers}"}
     return [*phases, first_served, served]

@@ -75,6 +75,37 @@ def test_starts_the_no_warning_template_and_reports_the_node_gone(tmp_path: Path
     assert [e["event"] for e in log if e.get("source") == "interruption-handler"] == ["node_gone"]
 
 
+def test_the_no_warning_drill_reads_its_replacements_phases(tmp_path: Path, fis: tuple[Any, Stubber],
+                                                            logs: tuple[Any, Stubber]) -> None:
+    """Its targets are ordinary server nodes: with --prometheus-url the replacements' markers come as for
+    --target nodes (only --target multinode gets none; found by the upstream review)."""
+    from gennstack.drill import cli
+
+    _, stubber = fis
+    list_templates(stubber, no_warning_summary())
+    stubber.add_response("start_experiment", experiment("initiating"),
+                         {"clientToken": ANY, "experimentTemplateId": TEMPLATE_ID,
+                          "tags": {"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": "g6e",
+                                   TARGET_TAG: "no-warning"}})
+    get(stubber, "completed", "Experiment completed.")
+    resolved(stubber, INSTANCE)
+    filtered(logs[1], log_event(3, terminated()), until_s=5)
+    asked: list[dict[str, Any]] = []
+    original = cli.replacement_markers
+
+    def markers(prometheus: Any, **kwargs: Any) -> int:
+        asked.append(kwargs)
+        return 0
+
+    cli.replacement_markers = markers
+    try:
+        code, _, err, _ = drill_cli(tmp_path, fis, ["--generation", "g6e", "--target", "no-warning",
+                                                    "--prometheus-url", "http://127.0.0.1:9"], config=DRILLS, logs=logs)
+    finally:
+        cli.replacement_markers = original
+    assert (code, err) == (0, "") and [(a["pool"], a["served"]) for a in asked] == [("gen3-g6e", True)]
+
+
 def test_no_template_says_what_to_deploy(tmp_path: Path, fis: tuple[Any, Stubber]) -> None:
     _, stubber = fis
     list_templates(stubber, summary())

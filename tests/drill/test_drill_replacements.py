@@ -60,11 +60,11 @@ class Clock:
         self.t += seconds
 
 
-def _follow(tmp_path: Path, fetch: Any, wait_seconds: float = 900.0) -> tuple[list[dict], list[str], str]:
+def _follow(tmp_path: Path, fetch: Any, wait_seconds: float = 900.0, *, served: bool = True) -> tuple[list[dict], list[str], str]:
     out, warnings, clock = io.StringIO(), [], Clock()
     log = EventLog(tmp_path / "drill-events.jsonl", out, now=lambda: SINCE)
     replacement_markers(fetch, namespace=NS, pool=POOL, since=SINCE, log=log, warn=warnings.append, sleep=clock.sleep,
-                        monotonic=clock.monotonic, wait_seconds=wait_seconds)
+                        monotonic=clock.monotonic, wait_seconds=wait_seconds, served=served)
     path = tmp_path / "drill-events.jsonl"
     lines = path.read_text().splitlines() if path.exists() else []
     return [json.loads(line) for line in lines], warnings, out.getvalue()
@@ -96,6 +96,15 @@ def test_a_replacement_that_never_serves_is_named_after_the_wait(tmp_path: Path)
     assert [e["event"] for e in events] == ["replacement_ready"]
     assert len(script.asked) == 2 * 5  # at 0, 15, 30, 45 and 60 s: the next would be past the wait
     assert "1 served" not in out and "not served (yet): gen3-g6e-a" in out
+
+
+def test_a_generation_without_a_served_phase_stops_at_ready(tmp_path: Path) -> None:
+    """gen1-inf2 records no served phase (its vLLM is not scraped: the upstream review): the drill stops asking
+    once every replacement is Ready instead of waiting out the 900 s for a phase that never comes."""
+    script = Script(({"gen3-g6e-a": T0 + 130}, {("gen3-g6e-a", "ready"): 95}))
+    events, warnings, out = _follow(tmp_path, script, served=False)
+    assert [e["event"] for e in events] == ["replacement_ready"] and len(script.asked) == 2
+    assert "1 Ready (no served phase: its vLLM is not scraped)" in out and "not served" not in out
 
 
 def test_an_unreachable_prometheus_warns_and_never_fails_the_drill(tmp_path: Path) -> None:
