@@ -355,6 +355,14 @@ def test_compile_jobs_run_on_demand_or_reserved_on_their_family(rendered_all, ge
     assert env(compile_container)["NEURON_COMPILED_ARTIFACTS"] == env(serving)["NEURON_COMPILED_ARTIFACTS"]
 
 
+def test_g6es_compile_job_may_run_on_spot(rendered_all) -> None:
+    """Its output is vLLM's compile cache, which the servers do without: no capacity-type requirement, so a
+    spot-only gen3-g6e (on_demand_fallback false) can run it (found by the upstream review)."""
+    job = next(o for o in rendered_all if o["kind"] == "Job" and o["metadata"]["name"].startswith(f"{POOLS['g6e']}-compile-"))
+    spec = job["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gennstack.io/generation": "g6e"} and "affinity" not in spec
+
+
 def test_staging_jobs_run_on_the_general_pool(rendered_all) -> None:
     for job in (o for o in rendered_all if o["kind"] == "Job" and "-stage-" in o["metadata"]["name"]):
         spec = job["spec"]["template"]["spec"]

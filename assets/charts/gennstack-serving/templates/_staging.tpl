@@ -119,8 +119,11 @@ spec:
   automountServiceAccountToken: false
   priorityClassName: {{ $root.Values.priorityClasses.serving.name }}
   {{- include "gennstack-serving.podSecurity" $compile | nindent 2 }}
-  # Never spot (on-demand or reserved): a spot reclaim mid-compile must not leave a half-written artifact set.
-  {{- include "gennstack-serving.placement" (dict "gen" $gen "onDemand" true) | nindent 2 }}
+  # Neuron: never spot (on-demand or reserved): a spot reclaim mid-compile must not leave a half-written artifact
+  # set serving needs. g6e: any capacity, spot first (its set is a cache the servers do without, uploaded with its
+  # marker last; a reclaim fails the Job and the servers compile at start), so a spot-only gen3-g6e
+  # (on_demand_fallback false) does not leave it Pending.
+  {{- include "gennstack-serving.placement" (dict "gen" $gen "onDemand" $gen.neuron) | nindent 2 }}
   initContainers:
     {{- include "gennstack-serving.syncContainer" (dict "root" $root "gen" $gen "mode" "compile") | nindent 4 }}
     - name: compile
