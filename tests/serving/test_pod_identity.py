@@ -159,6 +159,14 @@ def test_g6e_serving_sync_restores_the_vllm_compile_cache_when_staged_and_starts
     other = run(container, {**env, "COMPILE_PREFIX": "vllm-0.29.0/g/gpt/l40s-tp1-seqs32-len32768/",
                             "COMPILED_DIR": str(tmp_path / "other")}, tmp_path)
     assert other.returncode == 0 and not (tmp_path / "other").exists()
+    # A set that does not come whole (S3 refusing a read: here an object archived, GetObject InvalidObjectState):
+    # the server starts cold, nothing half-restored, never kept in Init (upstream review).
+    s3.put_object(Bucket=COMPILE_BUCKET, Key=cache_prefix + "triton/ABCDEF/kernel.cubin", Body=b"cubin",
+                  StorageClass="GLACIER")
+    broken = run(container, {**env, "COMPILED_DIR": str(tmp_path / "broken")}, tmp_path)
+    assert broken.returncode == 0, broken.stderr
+    assert "not restored" in broken.stdout and "the server compiles at start" in broken.stdout
+    assert not (tmp_path / "broken").exists()
 
 
 def test_neuron_serving_sync_fails_without_the_staged_marker_or_the_compile(moto, agent, rendered, tmp_path) -> None:

@@ -225,14 +225,31 @@ def run_pull(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], N
     pull(s3, bucket, prefix, Path(env["MODEL_DIR"]), concurrency, log, exclude)
     if mode == "serve" and env.get("COMPILE_PREFIX"):
         compile_bucket, compile_prefix = env["COMPILE_BUCKET"], env["COMPILE_PREFIX"]
+        if env.get("COMPILE_OPTIONAL") == "true":
+            pull_optional_cache(s3, compile_bucket, compile_prefix, Path(env["COMPILED_DIR"]), concurrency, log)
+            return
         if not exists(s3, compile_bucket, compile_prefix + MARKER):
-            if env.get("COMPILE_OPTIONAL") == "true":
-                log(f"no compile cache in s3://{compile_bucket}/{compile_prefix} yet: the server compiles at start "
-                    "(the compile Job stages one for the next pods)")
-                return
             raise SyncError(f"s3://{compile_bucket}/{compile_prefix}{MARKER} is missing: run the compile Job first "
                             "(staging.enabled=true); serving never compiles")
         pull(s3, compile_bucket, compile_prefix, Path(env["COMPILED_DIR"]), concurrency, log)
+
+
+def pull_optional_cache(s3: Any, bucket: str, prefix: str, dest: Path, concurrency: int, log: Callable[[str], None]) -> None:
+    """A cache the server does without (g6e: vLLM's compile cache): missing, or failing to come whole (S3
+    refusing a read, an incomplete set), the server starts with none and compiles itself, never kept in Init."""
+    import shutil
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        if not exists(s3, bucket, prefix + MARKER):
+            log(f"no compile cache in s3://{bucket}/{prefix} yet: the server compiles at start "
+                "(the compile Job stages one for the next pods)")
+            return
+        pull(s3, bucket, prefix, dest, concurrency, log)
+    except (SyncError, BotoCoreError, ClientError) as exc:
+        shutil.rmtree(dest, ignore_errors=True)  # nothing half-restored: vLLM would read what is there
+        log(f"compile cache s3://{bucket}/{prefix} not restored ({exc}): the server compiles at start")
 
 
 def run_push(env: Mapping[str, str], s3: Any, work: Path, log: Callable[[str], None] = print) -> None:
