@@ -32,6 +32,13 @@ def no_warning_summary(template_id: str = TEMPLATE_ID) -> dict[str, Any]:
     return {"id": template_id, "description": "GenNStack drill", "tags": {**summary()["tags"], TARGET_TAG: "no-warning"}}
 
 
+def start_no_warning(stubber: Stubber) -> None:
+    stubber.add_response("start_experiment", experiment("initiating"),
+                         {"clientToken": ANY, "experimentTemplateId": TEMPLATE_ID,
+                          "tags": {"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": "g6e",
+                                   TARGET_TAG: "no-warning"}})
+
+
 def test_the_template_terminates_one_running_node_of_the_pool_under_the_drill_role() -> None:
     props = no_warning_template(**ARGS)
     plain = experiment_template(nodes=1, minutes_before_interruption=4, **ARGS)
@@ -57,10 +64,7 @@ def test_starts_the_no_warning_template_and_reports_the_node_gone(tmp_path: Path
     _, stubber = fis
     # The plain one-node template carries the same drill tags: only the no-warning one matches.
     list_templates(stubber, summary("EXTplain00000001"), no_warning_summary())
-    stubber.add_response("start_experiment", experiment("initiating"),
-                         {"clientToken": ANY, "experimentTemplateId": TEMPLATE_ID,
-                          "tags": {"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": "g6e",
-                                   TARGET_TAG: "no-warning"}})
+    start_no_warning(stubber)
     get(stubber, "completed", "Experiment completed.")
     resolved(stubber, INSTANCE)
     filtered(logs[1], log_event(3, terminated()), until_s=5)
@@ -83,10 +87,7 @@ def test_the_no_warning_drill_reads_its_replacements_phases(tmp_path: Path, fis:
 
     _, stubber = fis
     list_templates(stubber, no_warning_summary())
-    stubber.add_response("start_experiment", experiment("initiating"),
-                         {"clientToken": ANY, "experimentTemplateId": TEMPLATE_ID,
-                          "tags": {"gennstack.io/drill": "spot-interruption", "gennstack.io/generation": "g6e",
-                                   TARGET_TAG: "no-warning"}})
+    start_no_warning(stubber)
     get(stubber, "completed", "Experiment completed.")
     resolved(stubber, INSTANCE)
     filtered(logs[1], log_event(3, terminated()), until_s=5)
