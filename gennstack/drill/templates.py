@@ -110,32 +110,21 @@ def no_warning_template(
     instance goes at once. The target is the same tagged spot NodePool nodes as :func:`experiment_template`'s,
     as an ``aws:ec2:instance`` (the terminate action's resource type), one of them.
     """
-    target = f"{pool}-node"
-    return {
-        "Description": f"GenNStack drill: one {generation} node of NodePool {pool} terminated without warning",
-        "RoleArn": role_arn,
-        "Targets": {
-            target: {
-                "ResourceType": INSTANCE_RESOURCE_TYPE,
-                "ResourceTags": target_tags(cluster_name=cluster_name, pool=pool),
-                "Filters": [{"Path": "State.Name", "Values": ["running"]}],
-                "SelectionMode": "COUNT(1)",
-            }
-        },
-        "Actions": {
-            "terminate": {
-                "ActionId": TERMINATE_ACTION_ID,
-                "Description": "terminate at once: no rebalance recommendation, no interruption warning",
-                "Targets": {INSTANCES_TARGET_KEY: target},
-            }
-        },
-        "StopConditions": [{"Source": "aws:cloudwatch:alarm", "Value": arn} for arn in stop_alarm_arns],
-        "ExperimentOptions": {"AccountTargeting": "single-account", "EmptyTargetResolutionMode": "fail"},
-        "Tags": {
-            **template_tags(cluster_name=cluster_name, generation=generation, nodes=1, target="no-warning"),
-            HANDLER_LOG_GROUP_TAG: handler_log_group,
-        },
-    }
+    properties = experiment_template(
+        cluster_name=cluster_name, generation=generation, pool=pool, nodes=1, minutes_before_interruption=2,
+        role_arn=role_arn, stop_alarm_arns=stop_alarm_arns, handler_log_group=handler_log_group,
+    )  # the role, stop conditions, options and tags of the one-node template; its own target and action
+    [target] = properties["Targets"].values()
+    name = f"{pool}-node"
+    properties["Targets"] = {name: {**target, "ResourceType": INSTANCE_RESOURCE_TYPE}}
+    properties["Actions"] = {"terminate": {
+        "ActionId": TERMINATE_ACTION_ID,
+        "Description": "terminate at once: no rebalance recommendation, no interruption warning",
+        "Targets": {INSTANCES_TARGET_KEY: name},
+    }}
+    properties["Description"] = f"GenNStack drill: one {generation} node of NodePool {pool} terminated without warning"
+    properties["Tags"] = {**properties["Tags"], TARGET_TAG: "no-warning"}
+    return properties
 
 
 def target_tags(*, cluster_name: str, pool: str) -> dict[str, str]:
