@@ -21,6 +21,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -125,11 +126,16 @@ def run_case(case: str, *, resume: bool, settings: ResumeDrillSettings = ResumeD
 
 def run_resume_drill(output: Path, settings: ResumeDrillSettings = ResumeDrillSettings()) -> list[ResumeRow]:
     rows = [run_case(case, resume=resume, settings=settings) for case in CASES for resume in (False, True)]
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "resume.json").write_text(json.dumps({"settings": asdict(settings), "rows": [asdict(r) for r in rows]},
-                                                   indent=1) + "\n", encoding="utf-8")
-    (output / "resume.md").write_text(resume_markdown(settings, rows), encoding="utf-8")
+    write_report(output, "resume", settings, rows, resume_markdown(settings, rows))
     return rows
+
+
+def write_report(output: Path, name: str, settings: Any, rows: list[Any], markdown: str) -> None:
+    """``<name>.json`` (the settings and rows, dataclasses) and ``<name>.md`` (its table) in ``output``."""
+    output.mkdir(parents=True, exist_ok=True)
+    (output / f"{name}.json").write_text(json.dumps({"settings": asdict(settings), "rows": [asdict(r) for r in rows]},
+                                                    indent=1) + "\n", encoding="utf-8")
+    (output / f"{name}.md").write_text(markdown, encoding="utf-8")
 
 
 def resume_markdown(settings: ResumeDrillSettings, rows: list[ResumeRow]) -> str:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+
+from gennstack.drill.resume_drill import write_report
 
 MODEL = "gpt-oss-20b"  # a served model of the routing table; every one is SmolLM2 in the demo
 # greedy answers that run to 112 tokens and more on the token server (measured), so a stream is mid-answer at a kill
@@ -134,10 +136,7 @@ def run_demo_case(resume: bool, settings: DemoDrillSettings = DemoDrillSettings(
 
 def run_demo_drill(output: Path, settings: DemoDrillSettings = DemoDrillSettings()) -> list[DemoRow]:
     rows = [run_demo_case(resume, settings) for resume in (False, True)]
-    output.mkdir(parents=True, exist_ok=True)
-    (output / "smollm2.json").write_text(json.dumps({"settings": asdict(settings), "rows": [asdict(r) for r in rows]},
-                                                    indent=1) + "\n", encoding="utf-8")
-    (output / "smollm2.md").write_text(demo_markdown(settings, rows), encoding="utf-8")
+    write_report(output, "smollm2", settings, rows, demo_markdown(settings, rows))
     return rows
 
 
