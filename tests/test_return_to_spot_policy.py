@@ -92,6 +92,18 @@ def test_the_handler_may_move_the_minimum_and_its_state(policy: dict[str, Any]) 
     assert admit(policy, HANDLER, moved(3), moved(4)) == []  # up to the maximum
 
 
+def test_the_handler_may_hand_the_minimum_back(policy: dict[str, Any]) -> None:
+    """The hand-back after a move's write (spot_move.py ``_hand_back``) changes only managedFields."""
+    owned = [{"manager": "helm", "operation": "Apply", "apiVersion": "keda.sh/v1alpha1", "fieldsType": "FieldsV1",
+              "fieldsV1": {"f:spec": {"f:maxReplicaCount": {}}}},
+             {"manager": "gennstack-return-to-spot", "operation": "Update", "apiVersion": "keda.sh/v1alpha1",
+              "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:minReplicaCount": {}}}}]
+    old, new = moved(3), moved(3)
+    old["metadata"]["managedFields"] = owned
+    new["metadata"]["managedFields"] = [{**owned[0], "fieldsV1": {"f:spec": {"f:maxReplicaCount": {}, "f:minReplicaCount": {}}}}]
+    assert admit(policy, HANDLER, old, new) == []
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda o: o["spec"].update(maxReplicaCount=10), "may change only spec.minReplicaCount"),
     (lambda o: o["spec"]["triggers"][0]["metadata"].update(threshold="1"), "may change only spec.minReplicaCount"),

@@ -111,6 +111,7 @@ class Result:
     pod: str | None = None
     replacement: str | None = None
     min_replicas: int | None = None
+    handed_back: bool | None = None  # spec.minReplicaCount given back to its owners (field_owners.py)
 
     def log_fields(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -588,7 +589,8 @@ def _return_to_spot(kube: KubeClient, report: Report, table: Any, *, settings: S
             "move", "conflict: another invocation stepped first" if stepped.conflict else decision.reason,
             generation=generation, move="conflict" if stepped.conflict else decision.action.value,
             move_cause=decision.cause, pod=decision.pod, replacement=decision.replacement,
-            min_replicas=stepped.min_replica_count, restored_pods=stepped.restored or None))
+            min_replicas=stepped.min_replica_count, restored_pods=stepped.restored or None,
+            handed_back=stepped.handed_back or None))
     return held, move_out
 
 

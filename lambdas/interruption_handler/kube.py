@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import HandlerError, Reason
+from .field_owners import FIELD_MANAGER
 
 MERGE_PATCH = "application/merge-patch+json"
 MAX_BODY = 1 << 20
@@ -116,7 +117,21 @@ class KubeClient:
         body: dict[str, Any] = {"metadata": {"resourceVersion": resource_version, "annotations": annotations}}
         if min_replica_count is not None:
             body["spec"] = {"minReplicaCount": min_replica_count}
-        return self._call("PATCH", self.scaled_object_path(namespace, name), body)
+        return self._scaled_object_patch(namespace, name, body)
+
+    def put_scaled_object_managed_fields(self, namespace: str, name: str, *, resource_version: str,
+                                         managed_fields: list[dict[str, Any]]) -> dict[str, Any]:
+        """Replace a ScaledObject's ``metadata.managedFields`` (a merge patch replaces a list whole) at
+        ``resource_version``, no value changed: the move's hand-back (field_owners.py)."""
+        body = {"metadata": {"resourceVersion": resource_version, "managedFields": managed_fields}}
+        return self._scaled_object_patch(namespace, name, body)
+
+    def _scaled_object_patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        path = f"{self.scaled_object_path(namespace, name)}?{urlencode({'fieldManager': FIELD_MANAGER})}"
+        answer = self._call("PATCH", path, body)
+        if not isinstance(answer, dict) or not isinstance((answer.get("metadata") or {}).get("resourceVersion"), str):
+            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a ScaledObject", namespace=namespace, name=name)
+        return answer
 
     @staticmethod
     def pod_path(namespace: str, name: str) -> str:

@@ -39,13 +39,13 @@ the read's ``resourceVersion``: a concurrent step's patch makes this one 409 and
 and a restarted Lambda loses nothing. Pod labels and costs are converged from the stored state after
 the patch, so a step cut off between the two is healed by the next.
 
-A helm upgrade that resets ``minReplicaCount`` during a move (a release installed with client-side
-apply: Helm 3 merge-patches a custom resource from the old to the new manifest, so only a changed chart
-value does): the live value becomes the original and the move's raised value is re-applied above it;
-after the release, the live value is simply the original. A release installed with server-side apply
-(Helm 4, the pinned one) cannot reset it: its upgrade fails on a field conflict, since this merge patch
-takes ``spec.minReplicaCount`` from ``helm``; that is why ``interruptions.return_to_spot`` is off by
-default (docs/spot-drills.md).
+A helm upgrade that resets ``minReplicaCount`` during a move: the live value becomes the original
+and the move's raised value is re-applied above it; after the release, the live value is simply the
+original. The pinned Helm 4.2.3 installs the chart with server-side apply, without forcing
+conflicts: a write of the minimum takes the field from ``helm``, so after each write the move hands
+it back (``_hand_back``, field_owners.py) and the next upgrade or rollback applies without a
+conflict. Between the write and the hand-back (one request) an upgrade could still conflict; its
+rollback, seconds later, finds the field handed back.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from typing import Any
 
 from .drain import pods_path, set_routing
 from .errors import HandlerError, Reason
+from .field_owners import FIELD_MANAGER, MIN_REPLICA_COUNT, Owner, hand_back, owners
 from .kube import KubeClient
 from .return_to_spot import (
     DELETION_COST_ANNOTATION,
@@ -120,6 +121,7 @@ class Stepped:
     held: set[str] = field(default_factory=set)  # pods the move keeps out of routing (drain converge skips them)
     move_out: set[str] = field(default_factory=set)  # pods at MOVE_OUT_DELETION_COST (cost converge skips them)
     restored: list[str] = field(default_factory=list)
+    handed_back: bool = False  # spec.minReplicaCount given back to its owners (field_owners.py)
 
 
 def started_at(pod: dict[str, Any]) -> float | None:
@@ -183,10 +185,11 @@ def step(kube: KubeClient, *, generation: str, target: MovedGeneration, policy: 
     if want_min == live_min:
         want_min = None
     stepped = Stepped(decision, new, min_replica_count=want_min)
+    written = obj
     if new.dump() != (raw or MoveState().dump()) or want_min is not None:
         try:
-            kube.patch_scaled_object(target.namespace, target.scaled_object, resource_version=version,
-                                     annotations={STATE_ANNOTATION: new.dump()}, min_replica_count=want_min)
+            written = kube.patch_scaled_object(target.namespace, target.scaled_object, resource_version=version,
+                                               annotations={STATE_ANNOTATION: new.dump()}, min_replica_count=want_min)
         except HandlerError as error:
             if error.reason is not Reason.KUBE_CONFLICT:
                 raise
@@ -194,8 +197,28 @@ def step(kube: KubeClient, *, generation: str, target: MovedGeneration, policy: 
             # drained at the read), so this run's drain and cost passes do not undo it.
             held = {state.move.pod} if state.move is not None and state.move.drained_at is not None else set()
             return Stepped(decision, state, conflict=True, held=held, move_out=set(held))
+    stepped.handed_back = _hand_back(kube, target, written, before=owners(metadata.get("managedFields"), MIN_REPLICA_COUNT))
     _converge_pods(kube, target, pods, new, decision, stepped)
     return stepped
+
+
+def _hand_back(kube: KubeClient, target: MovedGeneration, obj: dict[str, Any], *, before: list[Owner]) -> bool:
+    """Give ``spec.minReplicaCount`` back to the managers that owned it at this step's read (helm),
+    or to nobody, so that the chart's next server-side apply does not conflict (field_owners.py).
+    Also heals a step cut off between its write and its hand-back. A 409 (written since): the next
+    step hands it back."""
+    metadata = obj.get("metadata") or {}
+    handed = hand_back(metadata.get("managedFields"), MIN_REPLICA_COUNT, manager=FIELD_MANAGER, to=before)
+    if handed is None:
+        return False
+    try:
+        kube.put_scaled_object_managed_fields(target.namespace, target.scaled_object,
+                                              resource_version=metadata["resourceVersion"], managed_fields=handed)
+    except HandlerError as error:
+        if error.reason is not Reason.KUBE_CONFLICT:
+            raise
+        return False
+    return True
 
 
 def _next_state(decision: Decision, state: MoveState, *, live_min: int, raised: int,

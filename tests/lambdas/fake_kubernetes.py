@@ -18,6 +18,7 @@ resourceVersion precondition of a merge patch (409), and can be told to fail the
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import threading
 import time
@@ -28,6 +29,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.lambdas.field_ownership import FieldManager
 from tests.lambdas.sigv4 import BadSignature, verify_presigned_url
 from tests.local_https import LocalHttpsServer, Seen, read_request, send
 
@@ -59,6 +61,8 @@ class FakeKubernetes:
     # (namespace, name) -> a KEDA ScaledObject (keda.sh/v1alpha1; metadata.resourceVersion a string)
     scaled_objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     requests: list[Seen] = field(default_factory=list)
+    # server-side apply's ownership of ScaledObject fields (tests/lambdas/field_ownership.py), when set
+    field_manager: FieldManager | None = None
     faults: deque[Fault] = field(default_factory=deque)
     hang_seconds: float = 1.0
 
@@ -128,7 +132,7 @@ class FakeKubernetes:
             return
         url = urlsplit(h.path)
         if url.path.startswith("/apis/keda.sh/"):
-            self._scaled_object(h, seen, url.path)
+            self._scaled_object(h, seen, url.path, parse_qs(url.query))
             return
         if url.path == "/api/v1/nodes" or url.path.startswith("/api/v1/namespaces/"):
             self._core(h, seen, url.path, parse_qs(url.query))
@@ -174,8 +178,24 @@ class FakeKubernetes:
     def scaled_object_patches(self) -> list[Seen]:
         return [r for r in self.requests if r.method == "PATCH" and "/scaledobjects/" in r.path]
 
-    def _scaled_object(self, h: BaseHTTPRequestHandler, seen: Seen, path: str) -> None:
-        """GET and merge-patch (RFC 7386) a ScaledObject, conditional on ``metadata.resourceVersion`` (409)."""
+    def helm_apply(self, config: dict[str, Any]) -> None:
+        """Helm 4's server-side apply of the chart's ScaledObject (manager ``helm``, conflicts not
+        forced); needs :attr:`field_manager`. :class:`tests.lambdas.field_ownership.Conflict` on a conflict."""
+        assert self.field_manager is not None
+        metadata = config["metadata"]
+        key = (metadata["namespace"], metadata["name"])
+        with self._lock:
+            live = self.scaled_objects.get(key)
+            applied = self.field_manager.apply(live, config, manager="helm")
+            meta = applied["metadata"]
+            meta["resourceVersion"] = str(int((live or {}).get("metadata", {}).get("resourceVersion", "0")) + 1)
+            generation = (live or {}).get("metadata", {}).get("generation", 0)
+            meta["generation"] = generation + 1 if live is None or applied.get("spec") != live.get("spec") else generation
+            self.scaled_objects[key] = applied
+
+    def _scaled_object(self, h: BaseHTTPRequestHandler, seen: Seen, path: str, query: dict[str, list[str]]) -> None:
+        """GET and merge-patch (RFC 7386) a ScaledObject, conditional on ``metadata.resourceVersion`` (409);
+        with :attr:`field_manager`, each patch's managedFields as the API server keeps them."""
         parts = path.split("/")  # ['', 'apis', 'keda.sh', 'v1alpha1', 'namespaces', ns, 'scaledobjects', name]
         with self._lock:
             obj = self.scaled_objects.get((parts[5], parts[7])) if len(parts) == 8 and parts[6] == "scaledobjects" else None
@@ -190,6 +210,9 @@ class FakeKubernetes:
                 if metadata.get("resourceVersion") not in (None, obj["metadata"]["resourceVersion"]):
                     self._send(h, seen, 409, _status(409, "the object has been modified"))
                     return
+                live = copy.deepcopy(obj)
+                if "managedFields" in metadata:  # a merge patch replaces a list whole
+                    obj["metadata"]["managedFields"] = metadata["managedFields"]
                 for key, value in (metadata.get("annotations") or {}).items():
                     target = obj["metadata"].setdefault("annotations", {})
                     if value is None:
@@ -199,6 +222,9 @@ class FakeKubernetes:
                 if "spec" in seen.body:
                     obj["spec"].update(seen.body["spec"])
                     obj["metadata"]["generation"] += 1
+                if self.field_manager is not None:
+                    manager = (query.get("fieldManager") or ["unknown"])[0]
+                    obj["metadata"]["managedFields"] = self.field_manager.update(live, obj, manager=manager)
                 obj["metadata"]["resourceVersion"] = str(int(obj["metadata"]["resourceVersion"]) + 1)
             elif h.command != "GET":
                 self._send(h, seen, 405, _status(405, "method not allowed"))

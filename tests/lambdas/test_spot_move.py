@@ -13,6 +13,7 @@ on-demand's 10), and removes the lowest ranked first (not Ready, then the lower
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from datetime import UTC, datetime
@@ -20,13 +21,16 @@ from typing import Any
 
 import pytest
 
+from lambdas.interruption_handler.errors import HandlerError, Reason
 from lambdas.interruption_handler.events import Reconcile
+from lambdas.interruption_handler.field_owners import FIELD_MANAGER, MIN_REPLICA_COUNT, owners
 from lambdas.interruption_handler.interruptions import Report, reconcile
 from lambdas.interruption_handler.kube import KubeClient
 from lambdas.interruption_handler.return_to_spot import DELETION_COST_ANNOTATION, Policy
 from lambdas.interruption_handler.settings import ConfigError, CostedPods, Settings, parse_return_to_spot
 from lambdas.interruption_handler.spot_move import STATE_ANNOTATION
 from tests.lambdas.fake_kubernetes import FakeKubernetes, Seen
+from tests.lambdas.field_ownership import Conflict, FieldManager, build
 from tests.lambdas.lambda_support import NAMESPACE, Clock
 
 SERVER = {"app.kubernetes.io/name": "gen3-g6e", "app.kubernetes.io/component": "server", "gennstack.io/routable": "true"}
@@ -348,3 +352,104 @@ def test_nothing_starts_while_the_hpa_has_not_reached_the_minimum(
     waiting = move_of(run(moving, kube, ec2, table, clock))
     assert (waiting.move, waiting.reason) == ("wait", "the generation is below its ready minimum")
     assert not kubernetes.scaled_object_patches()
+
+
+@pytest.fixture(scope="module")
+def field_manager(tmp_path_factory: pytest.TempPathFactory) -> FieldManager:
+    return FieldManager(build(tmp_path_factory.mktemp("field-ownership")), "keda.sh/v1alpha1")
+
+
+def chart_scaled_object(min_replicas: int) -> dict[str, Any]:
+    """The serving chart's ScaledObject as Helm applies it (the fields the chart sets)."""
+    return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": SO, "namespace": NAMESPACE, "annotations": {"meta.helm.sh/release-name": "gennstack-serving"}},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": SO},
+                     "minReplicaCount": min_replicas, "maxReplicaCount": 4, "pollingInterval": 15,
+                     "triggers": [{"type": "prometheus", "metadata": {"threshold": "8"}}]}}
+
+
+def test_helm_server_side_applies_without_a_conflict_during_and_after_a_move(
+    moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes,
+    cluster: Cluster, field_manager: FieldManager,
+) -> None:
+    """Helm 4.2.3 upgrades with server-side apply, conflicts not forced (a cdk deploy, or its
+    rollback): the move hands spec.minReplicaCount back after each write, so an upgrade during the
+    move and one changing the chart's minimum after it both apply. Ownership by structured-merge-diff."""
+    kubernetes.field_manager = field_manager
+    del kubernetes.scaled_objects[(NAMESPACE, SO)]
+    kubernetes.helm_apply(chart_scaled_object(2))  # the install
+    min_owners = lambda: owners(kubernetes.scaled_objects[(NAMESPACE, SO)]["metadata"]["managedFields"],  # noqa: E731
+                                MIN_REPLICA_COUNT)
+    assert min_owners() == [("helm", "Apply", "")]
+
+    # Without the hand-back, the move's write would make the next upgrade fail: the bug it fixes.
+    live = kubernetes.scaled_objects[(NAMESPACE, SO)]
+    raised = copy.deepcopy(live)
+    raised["spec"]["minReplicaCount"] = 3
+    raised["metadata"]["managedFields"] = field_manager.update(live, raised, manager=FIELD_MANAGER)
+    with pytest.raises(Conflict) as conflict:
+        field_manager.apply(raised, chart_scaled_object(2), manager="helm")
+    assert conflict.value.conflicts == [f"{FIELD_MANAGER}: .spec.minReplicaCount"]
+
+    start = clock.now
+    started = move_of(run(moving, kube, ec2, table, clock))
+    assert (started.move, started.min_replicas, started.handed_back) == ("start", 3, True)
+    assert kubernetes.min_replicas(NAMESPACE, SO) == 3 and min_owners() == [("helm", "Apply", "")]
+    handbacks = [p for p in kubernetes.scaled_object_patches() if "managedFields" in p.body.get("metadata", {})]
+    assert len(handbacks) == 1 and "fieldManager=gennstack-return-to-spot" in handbacks[0].path
+
+    kubernetes.helm_apply(chart_scaled_object(2))  # a deploy during the move: applies, resets the minimum
+    assert kubernetes.min_replicas(NAMESPACE, SO) == 2
+    clock.now = start + 30
+    again = move_of(run(moving, kube, ec2, table, clock))
+    assert again.min_replicas == 3 and again.handed_back  # raised above the chart's minimum again
+    assert kubernetes.min_replicas(NAMESPACE, SO) == 3 and min_owners() == [("helm", "Apply", "")]
+
+    cluster.hpa()
+    cluster.load_models()
+    clock.now = start + 120
+    assert move_of(run(moving, kube, ec2, table, clock)).move == "drain"
+    clock.now = start + 120 + Policy().drain_grace_s
+    released = move_of(run(moving, kube, ec2, table, clock))
+    assert (released.move, released.min_replicas, released.handed_back) == ("delete", 2, True)
+    cluster.hpa()
+    clock.now += 60
+    assert move_of(run(moving, kube, ec2, table, clock)).move == "complete"
+
+    kubernetes.helm_apply(chart_scaled_object(1))  # after the move, a deploy that changes the chart's minimum
+    assert kubernetes.min_replicas(NAMESPACE, SO) == 1 and min_owners() == [("helm", "Apply", "")]
+    entries = {e["manager"]: e for e in kubernetes.scaled_objects[(NAMESPACE, SO)]["metadata"]["managedFields"]}
+    assert entries[FIELD_MANAGER]["fieldsV1"] == {"f:metadata": {"f:annotations": {f"f:{STATE_ANNOTATION}": {}}}}
+
+
+def test_a_step_cut_off_before_its_hand_back_is_healed_by_the_next(
+    moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes,
+    cluster: Cluster, field_manager: FieldManager,
+) -> None:
+    kubernetes.field_manager = field_manager
+    del kubernetes.scaled_objects[(NAMESPACE, SO)]
+    kubernetes.helm_apply(chart_scaled_object(2))
+    start = clock.now
+    # The hand-back meets a 409 (written since): the step's write stands, the field is the move's.
+    calls = {"n": 0}
+    original = kube.put_scaled_object_managed_fields
+
+    def refused(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        raise HandlerError(Reason.KUBE_CONFLICT, "written since")
+
+    kube.put_scaled_object_managed_fields = refused  # type: ignore[method-assign]
+    started = move_of(run(moving, kube, ec2, table, clock))
+    assert (started.move, started.handed_back, calls["n"]) == ("start", None, 1)
+    so = kubernetes.scaled_objects[(NAMESPACE, SO)]
+    assert owners(so["metadata"]["managedFields"], MIN_REPLICA_COUNT) == [(FIELD_MANAGER, "Update", "")]
+    kube.put_scaled_object_managed_fields = original  # type: ignore[method-assign]
+
+    clock.now = start + 30  # the next step writes nothing new, and still gives the field up
+    waited = move_of(run(moving, kube, ec2, table, clock))
+    assert waited.handed_back
+    so = kubernetes.scaled_objects[(NAMESPACE, SO)]
+    assert owners(so["metadata"]["managedFields"], MIN_REPLICA_COUNT) == []  # nobody: conflicts with nobody
+    kubernetes.helm_apply(chart_scaled_object(2))  # the deploy applies
+    assert owners(kubernetes.scaled_objects[(NAMESPACE, SO)]["metadata"]["managedFields"], MIN_REPLICA_COUNT) == [
+        ("helm", "Apply", "")]

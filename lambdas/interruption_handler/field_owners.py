@@ -1,0 +1,88 @@
+"""Who owns a field of an object (its ``metadata.managedFields``), and handing a field back.
+
+The move of return to spot (spot_move.py) merge-patches a ScaledObject's ``spec.minReplicaCount``.
+Any write that changes a field takes it from the managers that owned it (structured-merge-diff
+``merge.Updater.Update``, which the API server's field manager calls: k8s.io/apimachinery v0.36.3
+``pkg/util/managedfields/internal/structuredmerge.go``). The serving chart is installed with Helm
+4.2.3's server-side apply (manager ``helm``: the binary's name, helm v4.2.3 ``pkg/kube/client.go``
+``getManagedFieldsManager``), which does not force conflicts; so after the move's write, the next
+``helm upgrade`` (a ``cdk deploy``, or its rollback) that sets the field would fail on a conflict.
+
+So after each write of the minimum, the move hands the field back: its own entry gives the field up
+and the entries that owned it before the write get it again. The API server takes managedFields
+sent in an update as they are ("This is necessary to allow directly updating managed fields",
+apimachinery v0.36.3 ``pkg/util/managedfields/internal/fieldmanager.go`` ``decodeLiveOrNew``), and an
+update that changes no value gives its manager nothing. Where nobody else owned it, the field is
+left unowned, which conflicts with nobody. Values are never changed here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+FIELD_MANAGER = "gennstack-return-to-spot"  # the move's fieldManager (kube.py sends it)
+MIN_REPLICA_COUNT = ("f:spec", "f:minReplicaCount")  # FieldsV1 path of a ScaledObject's minimum
+
+Owner = tuple[str, str, str]  # manager, operation, subresource: an entry's identity (API version aside)
+
+
+def identity(entry: dict[str, Any]) -> Owner:
+    return (str(entry.get("manager") or ""), str(entry.get("operation") or ""), str(entry.get("subresource") or ""))
+
+
+def _owns(fields: Any, path: Sequence[str]) -> bool:
+    node = fields
+    for step in path:
+        if not isinstance(node, dict) or step not in node:
+            return False
+        node = node[step]
+        if node == {}:
+            return True  # a leaf: owned as a whole
+    return True
+
+
+def owners(managed_fields: Sequence[dict[str, Any]] | None, path: Sequence[str]) -> list[Owner]:
+    """The entries that own ``path`` (a FieldsV1 path such as :data:`MIN_REPLICA_COUNT`)."""
+    return [identity(e) for e in managed_fields or () if isinstance(e, dict) and _owns(e.get("fieldsV1"), path)]
+
+
+def _remove(fields: dict[str, Any], path: Sequence[str]) -> None:
+    """Remove ``path``'s leaf, then each parent left empty (an empty dict would be a leaf, owned whole)."""
+    head, rest = path[0], path[1:]
+    if head not in fields:
+        return
+    if rest and fields[head]:
+        _remove(fields[head], rest)
+        if fields[head]:
+            return
+    del fields[head]
+
+
+def _add(fields: dict[str, Any], path: Sequence[str]) -> None:
+    node = fields
+    for step in path[:-1]:
+        node = node.setdefault(step, {})
+    node[path[-1]] = {}
+
+
+def hand_back(managed_fields: Sequence[dict[str, Any]] | None, path: Sequence[str], *, manager: str,
+              to: Sequence[Owner]) -> list[dict[str, Any]] | None:
+    """``managed_fields`` with ``path`` taken from ``manager``'s entries and given to the entries
+    ``to`` names (those that owned it before ``manager`` wrote it; ``manager``'s own are skipped).
+    None when ``manager`` owns nothing there (nothing to send). An entry of ``manager`` left empty
+    goes. Entries named in ``to`` that are gone stay gone: the field is then owned by the rest, or
+    by nobody."""
+    entries = [copy.deepcopy(e) for e in managed_fields or () if isinstance(e, dict)]
+    ours = [e for e in entries if e.get("manager") == manager and _owns(e.get("fieldsV1"), path)]
+    if not ours:
+        return None
+    for entry in ours:
+        _remove(entry.setdefault("fieldsV1", {}), path)
+    entries = [e for e in entries if not (e.get("manager") == manager and not e.get("fieldsV1"))]
+    wanted = {owner for owner in to if owner[0] != manager}
+    for entry in entries:
+        if identity(entry) in wanted and not _owns(entry.get("fieldsV1"), path):
+            _add(entry.setdefault("fieldsV1", {}), path)
+    return entries
