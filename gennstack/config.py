@@ -280,15 +280,13 @@ class ReturnToSpotConfig(StrictModel):
     the reconciler raises the generation's ScaledObject minimum by one, and once the new replica is
     Ready on spot drains the on-demand one and puts the minimum back. Needs scale_down_on_demand_first."""
 
-    # Off by default: the move merge-patches the ScaledObject's spec.minReplicaCount, a field the serving chart's
-    # release owns. Helm 4.2.3 (the kubectl layer's) installs with server-side apply and upgrades with it
-    # (--server-side auto, --force-conflicts false: helm v4.2.3 pkg/cmd/upgrade.go, pkg/action/upgrade.go), so the
-    # Lambda's write takes the field from helm and the next upgrade whose value differs fails with a conflict:
-    # a cdk deploy during a move, and its rollback (docs/spot-drills.md "The move").
-    enabled: bool = False
-    """Move gen2-trn2's and gen3-g6e's on-demand replicas back to spot once spot can be had. Off by default: with
-    Helm 4's server-side apply a cdk deploy that changes the serving chart during a move (or min_replicas after one)
-    fails on a field conflict (docs/spot-drills.md)."""
+    # On by default. The move merge-patches the ScaledObject's spec.minReplicaCount, a field the serving chart's
+    # release owns through Helm 4.2.3's server-side apply (conflicts not forced: helm v4.2.3 pkg/cmd/upgrade.go); after
+    # each write it hands the field back to helm (lambdas/interruption_handler/field_owners.py), so a cdk deploy
+    # during or after a move, and its rollback, apply without a conflict (docs/spot-drills.md "The move").
+    enabled: bool = True
+    """Move gen2-trn2's and gen3-g6e's on-demand replicas back to spot once spot can be had (docs/spot-drills.md
+    "The move")."""
     settle_seconds: Annotated[int, Field(ge=0, le=86400)] = 600
     """An on-demand replica serves this long before a move is tried."""
     pending_bound_seconds: Annotated[int, Field(ge=60, le=7200)] = 600

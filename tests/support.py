@@ -85,7 +85,7 @@ VARIANT = {
     },
     "storage": {"removal_policy": "destroy", "compile_cache_expiry_days": 0},
     "generations": {"trn2": {"enabled": False}},
-    "interruptions": {"reserved_concurrency": 5, "return_to_spot": {"enabled": True}},
+    "interruptions": {"reserved_concurrency": 5, "return_to_spot": {"enabled": False}},
     "drills": {"enabled": True, "max_nodes": 3, "minutes_before_interruption": 2},
     "serving": {"inf2": {"image": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/inf2-ray-serve:1"}},
     "monitoring": {"placement": "system", "managed_prometheus": {"enabled": True},

@@ -243,24 +243,24 @@ def _rbac_objects(synth: Synth) -> list[dict]:
     return json.loads(rbac["Properties"]["Manifest"])
 
 
-def test_return_to_spot_is_off_by_default(synth: Synth) -> None:
-    """Helm 4.2.3's server-side apply owns the ScaledObject's minimum (docs/spot-drills.md): no moves, no access."""
-    _, function = _function(synth)
-    assert json.loads(function["Environment"]["Variables"]["RETURN_TO_SPOT"]) == {}
-    assert not [o for o in _rbac_objects(synth) if "return-to-spot" in o["metadata"]["name"]]
-
-
-def test_return_to_spot_when_on_names_its_scaled_objects_and_rights(synth_variant: Synth) -> None:
+def test_return_to_spot_is_on_by_default_and_names_its_scaled_objects_and_rights(synth: Synth) -> None:
     """The handler's RETURN_TO_SPOT names the serving chart's ScaledObjects (templates/scaledobjects.yaml: named
-    after the pool) and the cluster access lists exactly those (tests/test_return_to_spot_policy.py); the variant
-    turns it on, with trn2 disabled."""
-    _, function = _function(synth_variant)
+    after the pool) and the cluster access lists exactly those (tests/test_return_to_spot_policy.py)."""
+    _, function = _function(synth)
     moves = json.loads(function["Environment"]["Variables"]["RETURN_TO_SPOT"])
-    assert moves["generations"] == {"g6e": {"namespace": "gennstack-serving", "scaled_object": "gen3-g6e"}}
+    assert moves["generations"] == {"g6e": {"namespace": "gennstack-serving", "scaled_object": "gen3-g6e"},
+                                    "trn2": {"namespace": "gennstack-serving", "scaled_object": "gen2-trn2"}}
     assert moves["policy"]["drain_grace_s"] == 600 and moves["policy"]["release_bound_s"] == 1900
-    objects = _rbac_objects(synth_variant)
+    objects = _rbac_objects(synth)
     [role] = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == "gennstack-return-to-spot"]
     assert role["rules"] == [{"apiGroups": ["keda.sh"], "resources": ["scaledobjects"],
-                              "resourceNames": ["gen3-g6e"], "verbs": ["get", "patch"]}]
+                              "resourceNames": ["gen2-trn2", "gen3-g6e"], "verbs": ["get", "patch"]}]
     assert any(o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"].endswith("return-to-spot-min-only")
                for o in objects)
+
+
+def test_return_to_spot_when_off_has_no_moves_and_no_access(synth_variant: Synth) -> None:
+    """The variant turns it off: no moves, no access."""
+    _, function = _function(synth_variant)
+    assert json.loads(function["Environment"]["Variables"]["RETURN_TO_SPOT"]) == {}
+    assert not [o for o in _rbac_objects(synth_variant) if "return-to-spot" in o["metadata"]["name"]]

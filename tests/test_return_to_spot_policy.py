@@ -126,10 +126,8 @@ def test_others_are_not_limited(policy: dict[str, Any]) -> None:
     assert admit(policy, helm, SCALED_OBJECT, new) == []
 
 
-def test_off_by_default_and_when_on_for_the_deployment_generations_the_handler_accepts_it() -> None:
-    # Off by default: Helm 4.2.3's server-side apply owns spec.minReplicaCount (docs/spot-drills.md).
-    assert return_to_spot(load_config(None), namespace=NAMESPACE) == {}
-    config = load_config({"interruptions": {"return_to_spot": {"enabled": True}}})
+def test_on_by_default_for_the_deployment_generations_and_the_handler_accepts_it() -> None:
+    config = load_config(None)
     moves = return_to_spot(config, namespace=NAMESPACE)
     assert moves["generations"] == {"g6e": {"namespace": NAMESPACE, "scaled_object": "gen3-g6e"},
                                     "trn2": {"namespace": NAMESPACE, "scaled_object": "gen2-trn2"}}

@@ -75,7 +75,7 @@ def render(params: TraceParams = TraceParams(), workload: Workload = Workload(),
             f"${min(on_demand):.5g}/h to ${max(on_demand):.5g}/h), {len(trace.bursts)} reclaim bursts on seed "
             f"{params.seed}, start {cold:g} s cold / {warm:g} s on a warm spare, drains on "
             f"{', '.join(sorted(gen.drain_signals)) or 'no signal'}, "
-            + ("moves back to spot with issue 31 (interruptions.return_to_spot, off by default)" if gen.moves_back
+            + ("moves back to spot with issue 31 (interruptions.return_to_spot, on by default)" if gen.moves_back
                else "never moves back to spot"))
         if not detail:
             verdicts[-1] = (f"{POOLS[name]} {_verdict(mean_saving, statistics.mean(lost))} on the mean of seeds "

@@ -20,7 +20,7 @@ drill: 159 of 159 finished) or resume saves them.
 Each generation is simulated with its own instance types, drain signals and start times
 (:func:`generation_model`): gen1-inf2 drains on no signal and never moves back to spot (its
 replicas are Ray Serve's); gen2-trn2 and gen3-g6e drain and, in the policy "with issue 31", move
-(``MOVES_BACK``; ``interruptions.return_to_spot`` is off by default, docs/spot-drills.md).
+(``MOVES_BACK``; ``interruptions.return_to_spot``, on by default, docs/spot-drills.md).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def generation_model(name: str, config: GenNStackConfig | None = None) -> Genera
     return GenerationModel(
         name, tuple(getattr(config.generations, name).instance_types),
         frozenset(getattr(config.interruptions.drain_on, name)),
-        name in MOVES_BACK, cold, warm)  # the policy "with issue 31" moves where the move exists (on or off by default)
+        name in MOVES_BACK, cold, warm)  # the policy "with issue 31" moves where the move exists (on by default)
 
 POLICIES = ("all on-demand", "Karpenter spot + on-demand fallback", "GenNStack today", "GenNStack with issue 31")
 
