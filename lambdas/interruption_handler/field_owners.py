@@ -4,8 +4,8 @@ The move of return to spot (spot_move.py) merge-patches a ScaledObject's ``spec.
 Any write that changes a field takes it from the managers that owned it (structured-merge-diff
 ``merge.Updater.Update``, which the API server's field manager calls: k8s.io/apimachinery v0.36.3
 ``pkg/util/managedfields/internal/structuredmerge.go``). The serving chart is installed with Helm
-4.2.3's server-side apply (manager ``helm``: the binary's name, helm v4.2.3 ``pkg/kube/client.go``
-``getManagedFieldsManager``), which does not force conflicts; so after the move's write, the next
+4.2.3's server-side apply (manager ``helm``: helm v4.2.3 ``cmd/helm/helm.go`` sets
+``kube.ManagedFieldsManager``), which does not force conflicts; so after the move's write, the next
 ``helm upgrade`` (a ``cdk deploy``, or its rollback) that sets the field would fail on a conflict.
 
 So after each write of the minimum, the move hands the field back: its own entry gives the field up
@@ -25,6 +25,10 @@ from typing import Any
 FIELD_MANAGER = "gennstack-return-to-spot"  # the move's fieldManager (kube.py sends it)
 MIN_REPLICA_COUNT = ("f:spec", "f:minReplicaCount")  # FieldsV1 path of a ScaledObject's minimum
 
+# Before the move sent a fieldManager its patches carried none and no User-Agent, so the API server
+# named their Update entry "" (apiserver v0.36.3 handlers/create.go managerOrUserAgent): the move's too.
+UNNAMED = frozenset({""})
+
 Owner = tuple[str, str, str]  # manager, operation, subresource: an entry's identity (API version aside)
 
 
@@ -33,13 +37,13 @@ def identity(entry: dict[str, Any]) -> Owner:
 
 
 def _owns(fields: Any, path: Sequence[str]) -> bool:
+    """Whether ``fields`` (FieldsV1) holds ``path`` itself. A parent's ``{}`` owns only that node of a
+    granular struct such as a ScaledObject's spec, not the fields in it (structured-merge-diff sets)."""
     node = fields
     for step in path:
         if not isinstance(node, dict) or step not in node:
             return False
         node = node[step]
-        if node == {}:
-            return True  # a leaf: owned as a whole
     return True
 
 
@@ -53,7 +57,7 @@ def _remove(fields: dict[str, Any], path: Sequence[str]) -> None:
     head, rest = path[0], path[1:]
     if head not in fields:
         return
-    if rest and fields[head]:
+    if rest:
         _remove(fields[head], rest)
         if fields[head]:
             return
@@ -75,14 +79,21 @@ def hand_back(managed_fields: Sequence[dict[str, Any]] | None, path: Sequence[st
     goes. Entries named in ``to`` that are gone stay gone: the field is then owned by the rest, or
     by nobody."""
     entries = [copy.deepcopy(e) for e in managed_fields or () if isinstance(e, dict)]
-    ours = [e for e in entries if e.get("manager") == manager and _owns(e.get("fieldsV1"), path)]
+    ours = [e for e in entries if _mine(e, manager) and _owns(e.get("fieldsV1"), path)]
     if not ours:
         return None
     for entry in ours:
         _remove(entry.setdefault("fieldsV1", {}), path)
-    entries = [e for e in entries if not (e.get("manager") == manager and not e.get("fieldsV1"))]
-    wanted = {owner for owner in to if owner[0] != manager}
+    entries = [e for e in entries if not (_mine(e, manager) and not e.get("fieldsV1"))]
+    wanted = {owner for owner in to if owner[0] != manager and not (owner[0] in UNNAMED and owner[1] == "Update")}
     for entry in entries:
         if identity(entry) in wanted and not _owns(entry.get("fieldsV1"), path):
             _add(entry.setdefault("fieldsV1", {}), path)
+    if not entries:  # an empty list would reset every manager's ownership (isResetManagedFields): keep one
+        return None
     return entries
+
+
+def _mine(entry: dict[str, Any], manager: str) -> bool:
+    """The move's entry, or an unnamed update's (the move's before it named itself)."""
+    return entry.get("manager") == manager or (entry.get("manager") in UNNAMED and entry.get("operation") == "Update")

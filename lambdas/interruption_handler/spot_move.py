@@ -76,6 +76,7 @@ from .settings import MovedGeneration
 from .spot_return import node_capacity_types, replicas_of
 
 STATE_ANNOTATION = "gennstack.io/return-to-spot"
+HAND_BACK_ATTEMPTS = 3  # a 409 on the hand-back: read again and retry (KEDA's status writes race it)
 KEDA_DEFAULT_MAX_REPLICAS = 100  # apis/keda/v1alpha1/scaledobject_types.go defaultHPAMaxReplicas (v2.20.2)
 
 
@@ -205,20 +206,30 @@ def step(kube: KubeClient, *, generation: str, target: MovedGeneration, policy: 
 def _hand_back(kube: KubeClient, target: MovedGeneration, obj: dict[str, Any], *, before: list[Owner]) -> bool:
     """Give ``spec.minReplicaCount`` back to the managers that owned it at this step's read (helm),
     or to nobody, so that the chart's next server-side apply does not conflict (field_owners.py).
-    Also heals a step cut off between its write and its hand-back. A 409 (written since): the next
-    step hands it back."""
-    metadata = obj.get("metadata") or {}
-    handed = hand_back(metadata.get("managedFields"), MIN_REPLICA_COUNT, manager=FIELD_MANAGER, to=before)
-    if handed is None:
-        return False
-    try:
-        kube.put_scaled_object_managed_fields(target.namespace, target.scaled_object,
-                                              resource_version=metadata["resourceVersion"], managed_fields=handed)
-    except HandlerError as error:
-        if error.reason is not Reason.KUBE_CONFLICT:
-            raise
-        return False
-    return True
+    Also heals a step cut off between its write and its hand-back. A 409 (KEDA writes the status
+    every poll): read again and retry, a few times; any other failure leaves it to the next step and
+    never stops this one (its pods' routing and costs still converge). True when the server's
+    answer no longer names the move as an owner."""
+    for _ in range(HAND_BACK_ATTEMPTS):
+        metadata = obj.get("metadata") or {}
+        handed = hand_back(metadata.get("managedFields"), MIN_REPLICA_COUNT, manager=FIELD_MANAGER, to=before)
+        if handed is None:
+            return False
+        try:
+            answer = kube.put_scaled_object_managed_fields(target.namespace, target.scaled_object,
+                                                           resource_version=metadata["resourceVersion"],
+                                                           managed_fields=handed)
+        except HandlerError as error:
+            if error.reason is not Reason.KUBE_CONFLICT:
+                return False
+            try:
+                obj = kube.get_scaled_object(target.namespace, target.scaled_object)
+            except HandlerError:
+                return False
+            continue
+        # The server keeps the live list if a sent entry does not decode (decodeLiveOrNew): check.
+        return not any(o[0] == FIELD_MANAGER for o in owners(answer["metadata"].get("managedFields"), MIN_REPLICA_COUNT))
+    return False
 
 
 def _next_state(decision: Decision, state: MoveState, *, live_min: int, raised: int,

@@ -34,11 +34,21 @@ def test_an_entry_left_empty_goes_and_with_no_owner_named_the_field_is_unowned()
     assert handed == [HELM] and owners(handed, MIN_REPLICA_COUNT) == []
 
 
-def test_a_parent_owned_as_a_member_is_kept_and_a_whole_leaf_counts_as_owning() -> None:
+def test_a_parent_owned_as_a_member_is_kept_and_owning_the_parent_node_is_not_owning_the_field() -> None:
     member = {**OURS, "fieldsV1": {"f:spec": {".": {}, "f:minReplicaCount": {}}}}
     [handed] = hand_back([member], MIN_REPLICA_COUNT, manager=FIELD_MANAGER, to=[])
     assert handed["fieldsV1"] == {"f:spec": {".": {}}}
-    whole = {**HELM, "fieldsV1": {"f:spec": {}}}  # spec owned whole (atomic): its minimum with it
-    assert owners([whole], MIN_REPLICA_COUNT) == [("helm", "Apply", "")]
-    handed = hand_back([whole, OURS], MIN_REPLICA_COUNT, manager=FIELD_MANAGER, to=[("helm", "Apply", "")])
-    assert handed is not None and handed[0]["fieldsV1"] == {"f:spec": {}}
+    node_only = {**HELM, "fieldsV1": {"f:spec": {}}}  # the .spec node of a granular struct, not its fields
+    assert owners([node_only], MIN_REPLICA_COUNT) == []
+
+
+def test_the_unnamed_update_of_the_move_before_it_named_itself_is_taken_as_its_own() -> None:
+    unnamed = {**OURS, "manager": ""}
+    handed = hand_back([HELM, unnamed], MIN_REPLICA_COUNT, manager=FIELD_MANAGER,
+                       to=[("helm", "Apply", ""), ("", "Update", "")])
+    assert owners(handed, MIN_REPLICA_COUNT) == [("helm", "Apply", "")]
+
+
+def test_never_an_empty_list_which_would_reset_every_owner() -> None:
+    only_min = {**OURS, "fieldsV1": {"f:spec": {"f:minReplicaCount": {}}}}
+    assert hand_back([only_min], MIN_REPLICA_COUNT, manager=FIELD_MANAGER, to=[]) is None

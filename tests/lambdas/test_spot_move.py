@@ -440,7 +440,7 @@ def test_a_step_cut_off_before_its_hand_back_is_healed_by_the_next(
 
     kube.put_scaled_object_managed_fields = refused  # type: ignore[method-assign]
     started = move_of(run(moving, kube, ec2, table, clock))
-    assert (started.move, started.handed_back, calls["n"]) == ("start", None, 1)
+    assert (started.move, started.handed_back, calls["n"]) == ("start", None, 3)  # read again and retried
     so = kubernetes.scaled_objects[(NAMESPACE, SO)]
     assert owners(so["metadata"]["managedFields"], MIN_REPLICA_COUNT) == [(FIELD_MANAGER, "Update", "")]
     kube.put_scaled_object_managed_fields = original  # type: ignore[method-assign]
@@ -453,3 +453,39 @@ def test_a_step_cut_off_before_its_hand_back_is_healed_by_the_next(
     kubernetes.helm_apply(chart_scaled_object(2))  # the deploy applies
     assert owners(kubernetes.scaled_objects[(NAMESPACE, SO)]["metadata"]["managedFields"], MIN_REPLICA_COUNT) == [
         ("helm", "Apply", "")]
+
+
+def test_a_hand_back_that_fails_is_retried_on_a_conflict_and_never_undoes_the_drain(
+    moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes,
+    cluster: Cluster, field_manager: FieldManager,
+) -> None:
+    kubernetes.field_manager = field_manager
+    del kubernetes.scaled_objects[(NAMESPACE, SO)]
+    kubernetes.helm_apply(chart_scaled_object(2))
+    original = kube.put_scaled_object_managed_fields
+    failures: list[Reason] = [Reason.KUBE_CONFLICT]  # KEDA's status write came first, once
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise HandlerError(failures.pop(0), "injected")
+        return original(*args, **kwargs)
+
+    kube.put_scaled_object_managed_fields = flaky  # type: ignore[method-assign]
+    start = clock.now
+    started = move_of(run(moving, kube, ec2, table, clock))
+    assert (started.move, started.handed_back, failures) == ("start", True, [])  # retried within the step
+    cluster.hpa()
+    cluster.load_models()
+    clock.now = start + 120
+    assert move_of(run(moving, kube, ec2, table, clock)).move == "drain"
+    clock.now = start + 120 + Policy().drain_grace_s
+    failures.append(Reason.KUBE_SERVER_ERROR)  # the release's hand-back fails for good
+    released = move_of(run(moving, kube, ec2, table, clock))
+    assert (released.move, released.min_replicas, released.handed_back) == ("delete", 2, None)
+    pod = cluster.pods()["g6e-3"]  # the on-demand pod stays out of routing, first to go
+    assert pod["metadata"]["labels"]["gennstack.io/routable"] == "false" and annotation(pod) == "-200"
+    so = kubernetes.scaled_objects[(NAMESPACE, SO)]
+    assert owners(so["metadata"]["managedFields"], MIN_REPLICA_COUNT) == [(FIELD_MANAGER, "Update", "")]
+    clock.now += 30
+    assert move_of(run(moving, kube, ec2, table, clock)).handed_back  # healed by the next step
+    kubernetes.helm_apply(chart_scaled_object(2))
