@@ -46,7 +46,7 @@ def build(workdir: Path) -> Path:
         link.symlink_to(SMD)
     binary = workdir / "field_ownership"
     env = {**os.environ, "GO111MODULE": "off", "GOPATH": f"{gopath}:{GOPATH_DEBIAN}", "GOCACHE": str(workdir / "cache"),
-           "GOFLAGS": ""}
+           "GOFLAGS": "", "GOENV": "off"}
     subprocess.run([go, "build", "-o", str(binary), "."], cwd=SOURCE, env=env, check=True, capture_output=True,
                    timeout=300)
     return binary
