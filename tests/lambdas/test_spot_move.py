@@ -359,6 +359,26 @@ def field_manager(tmp_path_factory: pytest.TempPathFactory) -> FieldManager:
     return FieldManager(build(tmp_path_factory.mktemp("field-ownership")), "keda.sh/v1alpha1")
 
 
+def installed(kubernetes: FakeKubernetes, field_manager: FieldManager) -> None:
+    """The ScaledObject as Helm's server-side install leaves it, with managedFields from the upstream library."""
+    kubernetes.field_manager = field_manager
+    del kubernetes.scaled_objects[(NAMESPACE, SO)]
+    kubernetes.helm_apply(chart_scaled_object(2))
+
+
+def failing_hand_backs(kube: KubeClient, monkeypatch: pytest.MonkeyPatch, failures: list[Reason]) -> list[Reason]:
+    """The next hand-backs fail with ``failures``, one each, in order; then they go through."""
+    original = kube.put_scaled_object_managed_fields
+
+    def put(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise HandlerError(failures.pop(0), "injected")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(kube, "put_scaled_object_managed_fields", put)
+    return failures
+
+
 def chart_scaled_object(min_replicas: int) -> dict[str, Any]:
     """The serving chart's ScaledObject as Helm applies it (the fields the chart sets)."""
     return {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
@@ -375,9 +395,7 @@ def test_helm_server_side_applies_without_a_conflict_during_and_after_a_move(
     """Helm 4.2.3 upgrades with server-side apply, conflicts not forced (a cdk deploy, or its
     rollback): the move hands spec.minReplicaCount back after each write, so an upgrade during the
     move and one changing the chart's minimum after it both apply. Ownership by structured-merge-diff."""
-    kubernetes.field_manager = field_manager
-    del kubernetes.scaled_objects[(NAMESPACE, SO)]
-    kubernetes.helm_apply(chart_scaled_object(2))  # the install
+    installed(kubernetes, field_manager)
     min_owners = lambda: owners(kubernetes.scaled_objects[(NAMESPACE, SO)]["metadata"]["managedFields"],  # noqa: E731
                                 MIN_REPLICA_COUNT)
     assert min_owners() == [("helm", "Apply", "")]
@@ -424,26 +442,17 @@ def test_helm_server_side_applies_without_a_conflict_during_and_after_a_move(
 
 def test_a_step_cut_off_before_its_hand_back_is_healed_by_the_next(
     moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes,
-    cluster: Cluster, field_manager: FieldManager,
+    cluster: Cluster, field_manager: FieldManager, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kubernetes.field_manager = field_manager
-    del kubernetes.scaled_objects[(NAMESPACE, SO)]
-    kubernetes.helm_apply(chart_scaled_object(2))
+    installed(kubernetes, field_manager)
     start = clock.now
-    # The hand-back meets a 409 (written since): the step's write stands, the field is the move's.
-    calls = {"n": 0}
-    original = kube.put_scaled_object_managed_fields
-
-    def refused(*args: Any, **kwargs: Any) -> Any:
-        calls["n"] += 1
-        raise HandlerError(Reason.KUBE_CONFLICT, "written since")
-
-    kube.put_scaled_object_managed_fields = refused  # type: ignore[method-assign]
+    # The hand-back meets a 409 each of its three tries: the step's write stands, the field is the move's.
+    failures = failing_hand_backs(kube, monkeypatch, [Reason.KUBE_CONFLICT] * 4)
     started = move_of(run(moving, kube, ec2, table, clock))
-    assert (started.move, started.handed_back, calls["n"]) == ("start", None, 3)  # read again and retried
+    assert (started.move, started.handed_back, len(failures)) == ("start", None, 1)  # read again and retried
     so = kubernetes.scaled_objects[(NAMESPACE, SO)]
     assert owners(so["metadata"]["managedFields"], MIN_REPLICA_COUNT) == [(FIELD_MANAGER, "Update", "")]
-    kube.put_scaled_object_managed_fields = original  # type: ignore[method-assign]
+    failures.clear()
 
     clock.now = start + 30  # the next step writes nothing new, and still gives the field up
     waited = move_of(run(moving, kube, ec2, table, clock))
@@ -457,20 +466,10 @@ def test_a_step_cut_off_before_its_hand_back_is_healed_by_the_next(
 
 def test_a_hand_back_that_fails_is_retried_on_a_conflict_and_never_undoes_the_drain(
     moving: Settings, kube: KubeClient, ec2: Any, table: Any, clock: Clock, kubernetes: FakeKubernetes,
-    cluster: Cluster, field_manager: FieldManager,
+    cluster: Cluster, field_manager: FieldManager, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    kubernetes.field_manager = field_manager
-    del kubernetes.scaled_objects[(NAMESPACE, SO)]
-    kubernetes.helm_apply(chart_scaled_object(2))
-    original = kube.put_scaled_object_managed_fields
-    failures: list[Reason] = [Reason.KUBE_CONFLICT]  # KEDA's status write came first, once
-
-    def flaky(*args: Any, **kwargs: Any) -> Any:
-        if failures:
-            raise HandlerError(failures.pop(0), "injected")
-        return original(*args, **kwargs)
-
-    kube.put_scaled_object_managed_fields = flaky  # type: ignore[method-assign]
+    installed(kubernetes, field_manager)
+    failures = failing_hand_backs(kube, monkeypatch, [Reason.KUBE_CONFLICT])  # KEDA's status write came first, once
     start = clock.now
     started = move_of(run(moving, kube, ec2, table, clock))
     assert (started.move, started.handed_back, failures) == ("start", True, [])  # retried within the step
