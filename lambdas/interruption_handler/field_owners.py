@@ -27,13 +27,18 @@ MIN_REPLICA_COUNT = ("f:spec", "f:minReplicaCount")  # FieldsV1 path of a Scaled
 
 # Before the move sent a fieldManager its patches carried none and no User-Agent, so the API server
 # named their Update entry "" (apiserver v0.36.3 handlers/create.go managerOrUserAgent): the move's too.
-UNNAMED = frozenset({""})
+UNNAMED = ""
 
 Owner = tuple[str, str, str]  # manager, operation, subresource: an entry's identity (API version aside)
 
 
 def identity(entry: dict[str, Any]) -> Owner:
     return (str(entry.get("manager") or ""), str(entry.get("operation") or ""), str(entry.get("subresource") or ""))
+
+
+def is_move(owner: Owner, manager: str) -> bool:
+    """The move's entry (``manager``), or an unnamed update's (the move's before it named itself)."""
+    return owner[0] == manager or (owner[0] == UNNAMED and owner[1] == "Update")
 
 
 def _owns(fields: Any, path: Sequence[str]) -> bool:
@@ -79,21 +84,16 @@ def hand_back(managed_fields: Sequence[dict[str, Any]] | None, path: Sequence[st
     goes. Entries named in ``to`` that are gone stay gone: the field is then owned by the rest, or
     by nobody."""
     entries = [copy.deepcopy(e) for e in managed_fields or () if isinstance(e, dict)]
-    ours = [e for e in entries if _mine(e, manager) and _owns(e.get("fieldsV1"), path)]
+    ours = [e for e in entries if is_move(identity(e), manager) and _owns(e.get("fieldsV1"), path)]
     if not ours:
         return None
     for entry in ours:
         _remove(entry.setdefault("fieldsV1", {}), path)
-    entries = [e for e in entries if not (_mine(e, manager) and not e.get("fieldsV1"))]
-    wanted = {owner for owner in to if owner[0] != manager and not (owner[0] in UNNAMED and owner[1] == "Update")}
+    entries = [e for e in entries if not (is_move(identity(e), manager) and not e.get("fieldsV1"))]
+    wanted = {owner for owner in to if not is_move(owner, manager)}
     for entry in entries:
         if identity(entry) in wanted and not _owns(entry.get("fieldsV1"), path):
             _add(entry.setdefault("fieldsV1", {}), path)
     if not entries:  # an empty list would reset every manager's ownership (isResetManagedFields): keep one
         return None
     return entries
-
-
-def _mine(entry: dict[str, Any], manager: str) -> bool:
-    """The move's entry, or an unnamed update's (the move's before it named itself)."""
-    return entry.get("manager") == manager or (entry.get("manager") in UNNAMED and entry.get("operation") == "Update")

@@ -105,10 +105,7 @@ class KubeClient:
 
     def get_scaled_object(self, namespace: str, name: str) -> dict[str, Any]:
         """A KEDA ScaledObject (return to spot reads its ``spec.minReplicaCount`` and its state annotation)."""
-        body = self._call("GET", self.scaled_object_path(namespace, name), None)
-        if not isinstance(body, dict) or not isinstance((body.get("metadata") or {}).get("resourceVersion"), str):
-            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a ScaledObject", namespace=namespace, name=name)
-        return body
+        return _scaled_object(self._call("GET", self.scaled_object_path(namespace, name), None), namespace, name)
 
     def patch_scaled_object(self, namespace: str, name: str, *, resource_version: str, annotations: dict[str, str],
                             min_replica_count: int | None = None) -> dict[str, Any]:
@@ -128,10 +125,7 @@ class KubeClient:
 
     def _scaled_object_patch(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         path = f"{self.scaled_object_path(namespace, name)}?{urlencode({'fieldManager': FIELD_MANAGER})}"
-        answer = self._call("PATCH", path, body)
-        if not isinstance(answer, dict) or not isinstance((answer.get("metadata") or {}).get("resourceVersion"), str):
-            raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a ScaledObject", namespace=namespace, name=name)
-        return answer
+        return _scaled_object(self._call("PATCH", path, body), namespace, name)
 
     @staticmethod
     def pod_path(namespace: str, name: str) -> str:
@@ -203,6 +197,13 @@ class KubeClient:
         if error.reason is Reason.KUBE_SERVER_ERROR:
             raise _Transient(error)
         raise error
+
+
+def _scaled_object(body: Any, namespace: str, name: str) -> dict[str, Any]:
+    """A ScaledObject answer (one with a ``metadata.resourceVersion``), else ``KUBE_BAD_RESPONSE``."""
+    if not isinstance(body, dict) or not isinstance((body.get("metadata") or {}).get("resourceVersion"), str):
+        raise HandlerError(Reason.KUBE_BAD_RESPONSE, "response is not a ScaledObject", namespace=namespace, name=name)
+    return body
 
 
 def _status_message(raw: bytes) -> str:

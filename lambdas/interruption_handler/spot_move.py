@@ -58,7 +58,7 @@ from typing import Any
 
 from .drain import pods_path, set_routing
 from .errors import HandlerError, Reason
-from .field_owners import FIELD_MANAGER, MIN_REPLICA_COUNT, Owner, hand_back, owners
+from .field_owners import FIELD_MANAGER, MIN_REPLICA_COUNT, Owner, hand_back, is_move, owners
 from .kube import KubeClient
 from .return_to_spot import (
     DELETION_COST_ANNOTATION,
@@ -228,7 +228,7 @@ def _hand_back(kube: KubeClient, target: MovedGeneration, obj: dict[str, Any], *
                 return False
             continue
         # The server keeps the live list if a sent entry does not decode (decodeLiveOrNew): check.
-        return not any(o[0] == FIELD_MANAGER for o in owners(answer["metadata"].get("managedFields"), MIN_REPLICA_COUNT))
+        return not any(is_move(o, FIELD_MANAGER) for o in owners(answer["metadata"].get("managedFields"), MIN_REPLICA_COUNT))
     return False
 
 
