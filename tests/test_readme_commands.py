@@ -10,7 +10,7 @@ Markers, on the line before the fence:
 - ``<!-- readme-command: by hand: why -->`` (docs pages only): runs on this machine but not as a
   test as written (it starts a server that keeps running, for example); the reason says so.
 
-A command may go on over lines ending in ``\``, as in a shell.
+A command may go on over lines ending in a backslash, as in a shell.
 
 Each offline block runs in a scratch directory outside the repository that holds what a clone's
 root holds for these commands (``cdk.json``, ``app.py``, and links to the ``.venv`` and

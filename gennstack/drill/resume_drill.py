@@ -37,8 +37,8 @@ class ResumeDrillSettings:
     max_tokens: int = 200
     ttft_s: float = 0.02
     itl_s: float = 0.01  # a 2 s answer
-    kill_at_s: float = 0.5  # SIGKILL this long after the streams began (no warning)
-    warning_at_s: float = 0.3  # the long-stream case: the warning, then gone grace_s later
+    kill_at_s: float = 0.5  # SIGKILL this long after every stream reached a replica (no warning)
+    warning_at_s: float = 0.3  # the long-stream case: the warning this long after, then gone grace_s later
     grace_s: float = 0.7  # AWS's 120 s spot grace, scaled: the answers last longer than this
 
 
@@ -98,10 +98,11 @@ def run_case(case: str, *, resume: bool, settings: ResumeDrillSettings = ResumeD
             connector = aiohttp.TCPConnector(limit=0)
             async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
                 tasks = [asyncio.create_task(_one(session, stack.base_url, i, settings)) for i in range(settings.streams)]
+                # both cases act after every stream reached a replica (counted by the replicas, not assumed from
+                # the clock: on a busy machine the streams may start late, and a warning that comes first drains
+                # the victim before it holds any), so the victim holds streams mid-answer
+                await asyncio.to_thread(_wait_for_streams, stack.replicas, settings.streams)
                 if case == CASES[0]:
-                    # kill_at_s after every stream reached a replica (counted by the replicas, not assumed from the
-                    # clock: on a busy machine the streams may start late), so the victim holds streams mid-answer
-                    await asyncio.to_thread(_wait_for_streams, stack.replicas, settings.streams)
                     await asyncio.sleep(settings.kill_at_s)
                     await asyncio.to_thread(victim.kill)
                 else:
