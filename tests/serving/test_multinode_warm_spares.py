@@ -21,6 +21,7 @@ import pytest
 from gennstack.config import load_config
 from gennstack.config_base import ConfigError
 from gennstack.serving.multinode import warm_spare_group_name, warm_spare_namespace
+from gennstack.serving.spare_placement import spare_anti_affinity
 from gennstack_infra.components.interruption_handler import KUBERNETES_GROUP, group_spare_rbac_manifests, group_spares, warm_spares
 from tests import helm
 from tests.k8s_schema import validate
@@ -93,6 +94,28 @@ def test_a_spare_group_is_shaped_like_a_serving_group_at_the_spare_priority(rend
         assert pod["spec"]["schedulingGates"] == member["spec"]["schedulingGates"] == [{"name": "gennstack.io/staged"}]
         assert pod["metadata"]["labels"]["gennstack.io/staged"] == "false"
         assert pod["spec"]["automountServiceAccountToken"] is False and "serviceAccountName" not in pod["spec"]
+
+
+def test_spare_groups_keep_out_of_the_serving_groups_zones_across_namespaces(rendered) -> None:
+    """The spare groups' members carry the warm spares' zone anti-affinity to the serving groups
+    (gennstack/serving/spare_placement.py), naming the serving namespace: without it the term would
+    see only the spares' own namespace (core/v1 PodAffinityTerm; Karpenter v1.14.1
+    scheduling/topology.go buildNamespaceList: no namespaces and no selector is the pod's own), and
+    the spares would sit beside the groups a zone-wide reclaim takes with them."""
+    objects = by_name(rendered)
+    serving = objects[("LeaderWorkerSet", "gen3-g6e-multinode")]["spec"]["leaderWorkerTemplate"]
+    spare = objects[("LeaderWorkerSet", SPARE)]["spec"]["leaderWorkerTemplate"]
+    expected = spare_anti_affinity({"app.kubernetes.io/name": "gen3-g6e-multinode", "app.kubernetes.io/component": "server"},
+                                   namespaces=[NAMESPACE])
+    [term] = expected["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["namespaces"] == [NAMESPACE] != [objects[("LeaderWorkerSet", SPARE)]["metadata"]["namespace"]]
+    for role in ("leaderTemplate", "workerTemplate"):
+        preferred = spare[role]["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert preferred == [term]
+        # It selects the serving members (leaders and workers), never a spare member.
+        selector = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert selector.items() <= serving[role]["metadata"]["labels"].items()
+        assert not selector.items() <= spare[role]["metadata"]["labels"].items()
 
 
 def test_zero_spare_groups_is_rendered_not_left_to_the_crd_default() -> None:

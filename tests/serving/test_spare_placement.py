@@ -66,6 +66,9 @@ def test_one_term_by_zone_not_by_instance_type() -> None:
     assert [(t["weight"], t["podAffinityTerm"]["topologyKey"]) for t in terms] == [(WEIGHT, ZONE_KEY)]
     with pytest.raises(ValueError, match="serving_labels"):
         spare_anti_affinity({})
+    # Spares in another namespace name the serving one; in their own namespace, no namespaces (the pod's).
+    [other] = spare_anti_affinity({"a": "b"}, namespaces=["serving"])["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert other["podAffinityTerm"]["namespaces"] == ["serving"] and "namespaces" not in terms[0]["podAffinityTerm"]
 
 
 def test_rank_offerings_another_zone_then_any() -> None:

@@ -388,14 +388,27 @@ docs/spot-drills.md). gennstack/serving/spare_placement.py holds the rule and it
 affinity:
   podAntiAffinity:
     preferredDuringSchedulingIgnoredDuringExecution:
-      {{- range $key := list "topology.kubernetes.io/zone" }}
-      - weight: 100
-        podAffinityTerm:
-          topologyKey: {{ $key }}
-          labelSelector:
-            matchLabels:
-              {{- include "gennstack-serving.selectorLabels" (dict "gen" $.gen "role" "server") | nindent 14 }}
-      {{- end }}
+      {{- include "gennstack-serving.spareAntiAffinityTerms" (dict "gen" .gen) | nindent 6 }}
+{{- end }}
+
+{{/*
+The terms alone: (dict "gen" $gen "namespaces" (list ...)); namespaces, the serving pods', for spares
+in another namespace (the multi-node spare groups, templates/multinode-warm-spare.yaml); omitted: the
+spare's own.
+*/}}
+{{- define "gennstack-serving.spareAntiAffinityTerms" -}}
+{{- $root := . }}
+{{- range $key := list "topology.kubernetes.io/zone" }}
+- weight: 100
+  podAffinityTerm:
+    topologyKey: {{ $key }}
+    {{- with $root.namespaces }}
+    namespaces: {{ toJson . }}
+    {{- end }}
+    labelSelector:
+      matchLabels:
+        {{- include "gennstack-serving.selectorLabels" (dict "gen" $root.gen "role" "server") | nindent 8 }}
+{{- end }}
 {{- end }}
 
 {{/* Spread a generation's pods over zones (and nodes). */}}

@@ -39,6 +39,11 @@ spec:
           labelSelector:
             matchLabels:
               {{- include "gennstack-serving.selectorLabels" $ctx | nindent 14 }}
+      # Out of the serving groups' zones (gennstack-serving.spareAntiAffinityTerms), naming their namespace (the
+      # release's): a term without one sees only this namespace. The leader's term places the group: LWS v0.10.0's
+      # exclusive-topology webhook appends its own required terms to the leader and pins the workers to its zone.
+      preferredDuringSchedulingIgnoredDuringExecution:
+        {{- include "gennstack-serving.spareAntiAffinityTerms" (dict "gen" $gen "namespaces" (list $root.Release.Namespace)) | nindent 8 }}
   containers:
     # The serving image, so the node has it pulled; idles holding a member's GPUs, CPU and memory.
     - name: idle
