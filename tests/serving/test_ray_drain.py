@@ -6,7 +6,8 @@ Ray 2.60.0 (the Ray of assets/images/inf2-ray-serve/Dockerfile; pinned in requir
 runs on CPU: a head and two worker nodes are `ray start` processes on 127.0.0.1, each worker with one
 ``slot`` so that the Serve deployment (two replicas, one ``slot`` each) puts a replica on each. The
 proxy runs on the head only (all nodes share 127.0.0.1, so one proxy port) and routes to both
-replicas, as every gen1 proxy does. What Serve does with replicas on a draining node is upstream's
+replicas, as every gen1 proxy does (test_ray_drain_proxy.py drains a node whose own proxy carries the
+traffic, each node in a network namespace). What Serve does with replicas on a draining node is upstream's
 (ray-project/ray at ray-2.60.0, python/ray/serve/_private/deployment_state.py
 migrate_replicas_on_draining_nodes / _partition_groups_to_stop; ray/scripts/scripts.py drain_node):
 a PENDING_MIGRATION replica is stopped gracefully once ``deadline - graceful_shutdown_timeout_s``
@@ -17,32 +18,26 @@ gen1's does: the drain script reaches the GCS with the pod's token.
 
 Every count is by replica, from the responses and from each replica's own record of the requests
 it received; no assertion depends on how long anything took. Without ray installed the test
-skips, and fails under CI=true. The drill runs in a child pytest, the Ray driver (see the test), and
-its cluster is stopped through the process groups of its own ``ray start`` calls, not ``ray stop``,
-which would stop every Ray on the host (test_multinode_bootstrap.py's may be running beside it)."""
+skips, and fails under CI=true. The drill runs in a child pytest, the Ray driver (tests/serving/ray_local.py
+says why), and its cluster is stopped through the process groups of its own ``ray start`` calls."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import re
 import secrets
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
 from tests.serving.conftest import SCRIPTS, load_script
+from tests.serving.ray_local import PATIENCE_S, Cluster, cluster_dir, drill_in_child, free_port, ray_binary, wait
 
 # The deployment: each request records its arrival (by replica) in a file, and a held request
 # waits until the test releases it, so "in flight" is a fact, not a timing.
@@ -79,124 +74,21 @@ app = Echo.bind()
 '''
 
 GRACE_S = 120  # the replica's graceful_shutdown_timeout_s, and the drain's deadline (as the chart)
-PATIENCE_S = 240  # how long the test waits for any one thing on a busy machine
-
-
-def _ray() -> Path:
-    try:
-        import ray  # noqa: F401
-        from ray import serve  # noqa: F401
-    except ImportError:
-        message = "ray[serve] not installed: pip install -r requirements-dev.txt (ray[serve]==2.60.0)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    binary = Path(sys.executable).parent / "ray"
-    if not binary.exists():
-        found = shutil.which("ray")
-        if not found:
-            pytest.fail("the ray console script is not on PATH")
-        binary = Path(found)
-    return binary
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait(what: str, check: Callable[[], object], patience: float = PATIENCE_S) -> object:
-    end = time.monotonic() + patience
-    while time.monotonic() < end:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"gave up waiting for {what}")
-
-
-class Cluster:
-    def __init__(self, ray: Path, tmp: Path) -> None:
-        self.ray = ray
-        self.tmp = tmp
-        self.ledger = tmp / "ledger"
-        (self.ledger / "arrived").mkdir(parents=True)
-        (tmp / "app").mkdir()
-        (tmp / "app" / "drain_app.py").write_text(APP)
-        self.env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(tmp / "app"), os.environ.get("PYTHONPATH", "")]),
-            "DRAIN_TEST_LEDGER": str(self.ledger),
-            "DRAIN_TEST_GRACE_S": str(GRACE_S),
-            "RAY_USAGE_STATS_ENABLED": "0",
-            "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-        }
-        self.address = ""
-        self.groups: list[int] = []
-
-    def start(self, *args: str) -> str:
-        """``ray start`` in a session of its own: the daemons it leaves behind (GCS, raylet, their
-        workers) keep its process group, which is how ``stop`` finds this cluster's processes alone."""
-        proc = subprocess.Popen(
-            [str(self.ray), "start", "--node-ip-address", "127.0.0.1", "--object-store-memory", "78643200",
-             "--disable-usage-stats", *args],
-            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        self.groups.append(proc.pid)
-        out, err = proc.communicate(timeout=PATIENCE_S)
-        assert proc.returncode == 0, f"ray start {args}: {out}\n{err}"
-        return out
-
-    def stop(self) -> None:
-        """This cluster's processes only: ``ray stop`` would stop every Ray on the host, another test's
-        (tests/serving/test_multinode_bootstrap.py runs Ray too, maybe at the same time on another worker)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for group in self.groups:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(group, sig)
-            end = time.monotonic() + 15
-            while time.monotonic() < end and any(_group_alive(g) for g in self.groups):
-                time.sleep(0.2)
-
-    def arrivals(self) -> dict[str, dict]:
-        out = {}
-        for path in (self.ledger / "arrived").iterdir():
-            if not path.name.endswith(".tmp"):
-                out[path.name] = json.loads(path.read_text())
-        return out
 
 
 @contextlib.contextmanager
 def ray_cluster() -> Iterator[Cluster]:
-    ray = _ray()
-    # A short socket path: the raylet's unix sockets live under the temp dir (108-byte limit).
-    tmp = Path(os.environ.get("DRAIN_TEST_TMP", "/tmp")) / f"gsd{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    c = Cluster(ray, tmp)
-    try:
-        head = c.start("--head", "--port", "0", "--num-cpus", "1", "--include-dashboard", "false",
-                       "--temp-dir", str(tmp / "ray"))
-        match = re.search(r"--address='([^']+)'", head)
-        assert match, head
-        c.address = match.group(1)
-        for _ in range(2):
-            c.start("--address", c.address, "--num-cpus", "1", "--resources", '{"slot": 1}')
-        yield c
-    finally:
-        c.stop()
-        if "DRAIN_TEST_TMP" not in os.environ:  # the caller's folder: it reads the logs, then removes it
-            shutil.rmtree(tmp, ignore_errors=True)
+    """A head and two workers on 127.0.0.1, each worker with one ``slot``."""
+    ray = ray_binary()
+    with cluster_dir() as tmp:
+        c = Cluster(ray, tmp, APP, {"DRAIN_TEST_GRACE_S": str(GRACE_S)})
+        try:
+            c.start_head()
+            for _ in range(2):
+                c.start_worker()
+            yield c
+        finally:
+            c.stop()
 
 
 def _get(port: int, req: str, hold: bool = False) -> dict:
@@ -214,31 +106,6 @@ IN_CHILD = "GENNSTACK_RAY_DRAIN_CHILD"
 RAY_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
 
 
-def _gcs_aborts(tmp: Path) -> list[str]:
-    """Lines of the cluster's GCS log that say it aborted (Ray's own crash handler writes them)."""
-    return [line for log in tmp.glob("gsd*/ray/session_*/logs/gcs_server.out")
-            for line in log.read_text(errors="replace").splitlines() if "SIGABRT received" in line][:3]
-
-
-def _kill_processes_under(folder: Path) -> None:
-    """SIGKILL every process whose command line names ``folder`` (the Ray daemons of a cluster whose
-    session lives there: GCS, raylets, their workers), with its process group."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(folder) in cmdline:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                group = os.getpgid(int(proc.name))
-                if group != os.getpgrp():  # never this test's own group
-                    os.killpg(group, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(proc.name), signal.SIGKILL)
-
-
 @pytest.mark.slow
 def test_drained_node_takes_no_new_request_and_finishes_its_own() -> None:
     """The drill runs in a child pytest, which is the Ray driver: Ray's core worker ends its process
@@ -251,31 +118,9 @@ def test_drained_node_takes_no_new_request_and_finishes_its_own() -> None:
         with ray_cluster() as cluster:
             _drill(cluster)
         return
-    _ray()
-    child, aborts = _drill_in_child()
-    if child.returncode != 0 and aborts:
-        # Ray's GCS aborted (an upstream crash, not an assertion of the drill): once more on a new
-        # cluster, saying so; a drill that fails for any other reason, or a second abort, fails here.
-        print(f"Ray's GCS aborted in the first run, ran the drill again on a new cluster: {aborts}")
-        child, aborts = _drill_in_child()
-    assert child.returncode == 0 and "1 passed" in child.stdout, (
-        (f"Ray's GCS aborted: {aborts}\n" if aborts else "") + child.stdout[-6000:] + child.stderr[-2000:])
-
-
-def _drill_in_child() -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The drill in a child pytest (IN_CHILD set), on a cluster of its own; its result and the GCS's abort lines."""
-    # Short: the raylet's unix sockets go below it (108-byte limit); tmp_path is too long.
-    short = Path(tempfile.mkdtemp(prefix="gsd", dir="/tmp"))
-    try:
-        child = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-             f"{__file__}::test_drained_node_takes_no_new_request_and_finishes_its_own"],
-            env={**os.environ, IN_CHILD: "1", "DRAIN_TEST_TMP": str(short), **RAY_AUTH}, cwd=str(Path(__file__).resolve().parents[2]),
-            capture_output=True, text=True, timeout=3 * PATIENCE_S + 2 * GRACE_S, check=False)
-        return child, _gcs_aborts(short)
-    finally:
-        _kill_processes_under(short)  # a child that died as the driver left its cluster running
-        shutil.rmtree(short, ignore_errors=True)
+    ray_binary()
+    drill_in_child(f"{__file__}::test_drained_node_takes_no_new_request_and_finishes_its_own", IN_CHILD, RAY_AUTH,
+                   timeout_s=3 * PATIENCE_S + 2 * GRACE_S)
 
 
 def _drill(cluster: Cluster) -> None:
@@ -289,7 +134,7 @@ def _drill(cluster: Cluster) -> None:
     try:
         import drain_app
 
-        port = _free_port()
+        port = free_port()
         serve.start(proxy_location="HeadOnly", http_options={"host": "127.0.0.1", "port": port})
         serve.run(drain_app.app, name="llm", route_prefix="/")
 
@@ -318,7 +163,7 @@ def _drill(cluster: Cluster) -> None:
             thread = threading.Thread(target=send, args=(f"held-{i}", True), daemon=True)
             thread.start()
             threads.append(thread)
-        held = _wait("held requests on both replicas", lambda: (
+        held = wait("held requests on both replicas", lambda: (
             lambda a: a if {r["replica"] for k, r in a.items() if k.startswith("held-")} == set(seen)
             and len([k for k in a if k.startswith("held-")]) == 40 else None)(cluster.arrivals()))
         held_on_drained = {k for k, r in held.items() if k.startswith("held-") and r["replica"] == drained_replica}
@@ -336,11 +181,11 @@ def _drill(cluster: Cluster) -> None:
             def stopping() -> bool:
                 status = serve.status().applications["llm"].deployments["Echo"]
                 return status.replica_states.get("STOPPING", 0) >= 1
-            _wait("the drained replica to stop", stopping)
+            wait("the drained replica to stop", stopping)
 
             # New requests all land on the other replica. The first of these may reach a proxy
             # whose replica set the controller has not updated yet: Serve's long poll delivers it.
-            _wait("the routers to drop the stopping replica", lambda: all(
+            wait("the routers to drop the stopping replica", lambda: all(
                 _get(port, f"probe-{time.monotonic_ns()}-{i}")["replica"] == kept_replica for i in range(10)))
             after = [_get(port, f"after-{i}") for i in range(30)]
             assert {r["replica"] for r in after} == {kept_replica}
@@ -399,7 +244,7 @@ def test_the_pod_finds_its_own_worker_node_by_ip_or_refuses(monkeypatch) -> None
     """Without GENNSTACK_RAY_NODE_ID the script drains the one alive, non-head node at this host's
     IP (ray.util.get_node_ip_address, the address the raylet registered, GcsNodeInfo
     node_manager_address); none or several is refused, naming the setting that resolves it."""
-    _ray()
+    ray_binary()
     import ray.util
 
     drain = load_script("ray_drain")
