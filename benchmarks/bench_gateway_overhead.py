@@ -13,6 +13,12 @@ machine the numbers move with everything else running there: read them with the 
 
     .venv/bin/python benchmarks/bench_gateway_overhead.py               # ~3 minutes
     .venv/bin/python benchmarks/bench_gateway_overhead.py --rounds 4 --duration 30
+    .venv/bin/python benchmarks/bench_gateway_overhead.py --pin    # client and mock on CPU 0, gateway on CPU 1
+
+``--pin`` separates what the gateway costs from what it takes from the others: unpinned, on two CPUs,
+the client, the mock and the gateway compete for both, so the gateway side also measures the client
+and mock slowed by Envoy's CPU. Pinned, the client and the mock share CPU 0 on both sides alike and
+the gateway (Envoy, and with resume the relay) runs on CPU 1: the difference is the extra hop itself.
 
 Writes ``benchmarks/results/gateway_overhead.json`` and prints a markdown table. Targets (issue 29):
 TTFT p50 <= 2 ms and p90 <= 5 ms added.
@@ -43,9 +49,16 @@ def _percentile(values: list[float], p: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))]
 
 
+def _on(cpu: int | None) -> list[str]:
+    """The command prefix that keeps a process (and its children) on ``cpu``; none without pinning."""
+    return ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []
+
+
 def _bench(base_url: str, out: Path, args: argparse.Namespace) -> dict[str, list[float]]:
-    cmd = [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL,
-           "--concurrency", str(args.concurrency), "--duration", str(args.duration), "--max-tokens", str(args.max_tokens),
+    load = (["--rate", str(args.rate), "--arrival", "poisson", "--max-in-flight", str(args.concurrency)] if args.rate
+            else ["--concurrency", str(args.concurrency)])
+    cmd = [*_on(args.client_cpu), sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL,
+           *load, "--duration", str(args.duration), "--max-tokens", str(args.max_tokens),
            "--prompt-tokens", "256", "--no-progress", "--output-dir", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
     got: dict[str, list[float]] = {"ttft_s": [], "itl_s": []}
@@ -61,25 +74,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per side (default: %(default)s)")
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per round (default: %(default)s)")
-    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=200, help="closed loop: this many workers; with --rate: "
+                        "the most requests in flight (default: %(default)s)")
+    parser.add_argument("--rate", type=float, default=None, help="open loop instead: Poisson arrivals at this many "
+                        "requests/s (the closed loop's workers start in waves, and their streams tick together)")
     parser.add_argument("--max-tokens", type=int, default=50)
     parser.add_argument("--routing", default="prefix", choices=["prefix", "least-request"],
                         help="the gateway's routing for gpt-oss-20b (least-request: no prefix-key Lua; default: %(default)s)")
     parser.add_argument("--no-resume", action="store_true",
                         help="the gateway without the resume relay (one Envoy listener, as before issue 30)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the client and the mock on CPU 0, the gateway on CPU 1 (needs taskset and 2 CPUs)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "gateway_overhead.json")
     args = parser.parse_args(argv)
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        parser.error("--pin needs 2 CPUs")
+    args.client_cpu, gateway_cpu = (0, 1) if args.pin else (None, None)
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     mock_port = free_ports(3)  # three consecutive ports below the ephemeral range
     gw_port, admin_port = mock_port + 1, mock_port + 2
-    mock = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "bench", "mock-server", "--port", str(mock_port),
+    mock = subprocess.Popen([*_on(args.client_cpu), sys.executable, "-m", "gennstack.cli", "bench", "mock-server", "--port", str(mock_port),
                              "--ttft", str(TTFT_S), "--itl", str(ITL_S), "--model-name", MODEL],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     gateway = None
     try:
         wait_http(f"http://127.0.0.1:{mock_port}/health", 60)
-        gateway = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(gw_port),
+        gateway = subprocess.Popen([*_on(gateway_cpu), sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(gw_port),
                                     "--admin-port", str(admin_port), "--rate-limit", "0", "--routing", args.routing,
                                     "--endpoint", f"{MODEL}=http://127.0.0.1:{mock_port}/v1",
                                     *(["--no-resume"] if args.no_resume else [])],
@@ -104,9 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         return {f"p{p}": _percentile(values, p) * 1000 for p in (50, 90, 99)} | {"n": len(values)}
 
     result = {
-        "what": f"gennstack bench, concurrency {args.concurrency}, {args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
+        "what": f"gennstack bench, {f'Poisson arrivals at {args.rate:g} requests/s' if args.rate else f'concurrency {args.concurrency}'}, "
+                f"{args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
                 f"ITL {ITL_S * 1000:g} ms; direct vs gennstack gateway local (default config, {args.routing} routing"
                 f"{', resume off' if args.no_resume else ', resume on'}), "
+                f"{'client and mock on CPU 0, gateway on CPU 1, ' if args.pin else ''}"
                 f"{args.rounds} alternating rounds of {args.duration:g} s each",
         "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},
         "ms": {side: {key: summary(side, key) for key in ("ttft_s", "itl_s")} for side in pooled},

@@ -16,6 +16,11 @@ the run's ``cpus`` and ``loadavg`` in the output.
     .venv/bin/python benchmarks/bench_resume_relay.py               # ~3 minutes
     .venv/bin/python benchmarks/bench_resume_relay.py --rounds 2 --duration 15
     .venv/bin/python benchmarks/bench_resume_relay.py --rate 80 --output benchmarks/results/resume_relay_poisson.json
+    .venv/bin/python benchmarks/bench_resume_relay.py --pin    # client and mock on CPU 0, the gateways on CPU 1
+
+``--pin``: unpinned, the client, the mock, both Envoys and the relay compete for two CPUs, so the resume
+side also measures the client and the mock slowed by the relay's CPU; pinned, the client and the mock
+share CPU 0 on both sides alike and the gateways (Envoy, the relay) run on CPU 1.
 
 Writes ``benchmarks/results/resume_relay.json`` and prints a markdown table. Targets (issue 30): TTFT p50
 <= 2 ms, p90 <= 5 ms and ITL p50 <= 0.5 ms added, nothing failing.
@@ -50,10 +55,15 @@ def _percentile(values: list[float], p: float) -> float:
     return ordered[max(0, min(len(ordered) - 1, int(round(p / 100 * len(ordered) + 0.5)) - 1))]
 
 
+def _on(cpu: int | None) -> list[str]:
+    """The command prefix that keeps a process (and its children) on ``cpu``; none without pinning."""
+    return ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []
+
+
 def _bench(base_url: str, out: Path, args: argparse.Namespace) -> tuple[dict[str, list[float]], int, int]:
     load = (["--rate", str(args.rate), "--arrival", "poisson", "--max-in-flight", str(args.concurrency)] if args.rate
             else ["--concurrency", str(args.concurrency)])
-    cmd = [sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL, *load,
+    cmd = [*_on(args.client_cpu), sys.executable, "-m", "gennstack.cli", "bench", "--base-url", base_url, "--model", MODEL, *load,
            "--duration", str(args.duration), "--max-tokens", str(args.max_tokens),
            "--prompt-tokens", "256", "--warmup-seconds", "2", "--no-progress", "--output-dir", str(out)]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=REPO_ROOT)
@@ -71,8 +81,8 @@ def _bench(base_url: str, out: Path, args: argparse.Namespace) -> tuple[dict[str
     return got, failed, total
 
 
-def _gateway(port: int, admin_port: int, mock_port: int, resume: bool, env: dict) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(port), "--admin-port", str(admin_port),
+def _gateway(port: int, admin_port: int, mock_port: int, resume: bool, env: dict, cpu: int | None) -> subprocess.Popen:
+    cmd = [*_on(cpu), sys.executable, "-m", "gennstack.cli", "gateway", "local", "--port", str(port), "--admin-port", str(admin_port),
            "--rate-limit", "0", "--endpoint", f"{MODEL}=http://127.0.0.1:{mock_port}/v1"]
     cmd += ["--resume-port", str(admin_port + 1)] if resume else ["--no-resume"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
@@ -149,12 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=50)
     parser.add_argument("--throughput-streams", type=int, default=64)
     parser.add_argument("--throughput-seconds", type=float, default=15.0)
+    parser.add_argument("--pin", action="store_true",
+                        help="the client and the mock on CPU 0, the gateways on CPU 1 (needs taskset and 2 CPUs)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "benchmarks" / "results" / "resume_relay.json")
     args = parser.parse_args(argv)
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        parser.error("--pin needs 2 CPUs")
+    args.client_cpu, gateway_cpu = (0, 1) if args.pin else (None, None)
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     mock_port = free_ports(8)
-    mock = subprocess.Popen([sys.executable, "-m", "gennstack.cli", "bench", "mock-server", "--port", str(mock_port),
+    mock = subprocess.Popen([*_on(args.client_cpu), sys.executable, "-m", "gennstack.cli", "bench", "mock-server", "--port", str(mock_port),
                              "--ttft", str(TTFT_S), "--itl", str(ITL_S), "--model-name", MODEL],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     gateways = []
@@ -166,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         sides = {}
         for i, side in enumerate(("off", "on")):
             port = mock_port + 1 + 3 * i
-            gateways.append(_gateway(port, port + 1, mock_port, side == "on", env))
+            gateways.append(_gateway(port, port + 1, mock_port, side == "on", env, gateway_cpu))
             wait_http(f"http://127.0.0.1:{port + 1}/ready", 60)
             sides[side] = f"http://127.0.0.1:{port}/v1"
         relay_pid = _relay_pid(gateways[1].pid)
@@ -196,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "what": f"gennstack bench, {f'Poisson arrivals at {args.rate:g} requests/s' if args.rate else f'concurrency {args.concurrency}'}, "
                 f"{args.max_tokens} tokens, mock TTFT {TTFT_S * 1000:g} ms "
                 f"ITL {ITL_S * 1000:g} ms; gennstack gateway local --no-resume vs resume on (the relay between two Envoy "
-                f"listeners), {args.rounds} alternating rounds of {args.duration:g} s each",
+                f"listeners), {'client and mock on CPU 0, gateways on CPU 1, ' if args.pin else ''}{args.rounds} alternating rounds of {args.duration:g} s each",
         "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},
         "ms": {side: {key: summary(side, key) for key in ("ttft_s", "itl_s")} for side in pooled},
         "requests": requests, "failed": failures,
