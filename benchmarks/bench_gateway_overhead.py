@@ -20,7 +20,8 @@ the client, the mock and the gateway compete for both, so the gateway side also 
 and mock slowed by Envoy's CPU. Pinned, the client and the mock share CPU 0 on both sides alike and
 the gateway (Envoy, and with resume the relay) runs on CPU 1: the difference is the extra hop itself.
 
-Writes ``benchmarks/results/gateway_overhead.json`` and prints a markdown table. Targets (issue 29):
+Writes ``benchmarks/results/gateway_overhead.json`` and prints a markdown table and the gateway's own CPU per
+request (its process tree's user + system time from /proc in the gateway rounds: Envoy, and the relay with resume). Targets (issue 29):
 TTFT p50 <= 2 ms and p90 <= 5 ms added.
 """
 
@@ -52,6 +53,21 @@ def _percentile(values: list[float], p: float) -> float:
 def _on(cpu: int | None) -> list[str]:
     """The command prefix that keeps a process (and its children) on ``cpu``; none without pinning."""
     return ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and every process below it (the CLI, Envoy, the relay), from /proc."""
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(child) for child in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it ended while being read
+    return total
 
 
 def _bench(base_url: str, out: Path, args: argparse.Namespace) -> dict[str, list[float]]:
@@ -108,10 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         wait_http(f"http://127.0.0.1:{admin_port}/ready", 60)
         sides = {"direct": f"http://127.0.0.1:{mock_port}/v1", "gateway": f"http://127.0.0.1:{gw_port}/v1"}
         pooled = {side: {"ttft_s": [], "itl_s": []} for side in sides}
+        gateway_cpu_s = 0.0
         with tempfile.TemporaryDirectory() as tmp:
             for r in range(args.rounds):
                 for side, url in sides.items():
+                    cpu0 = _tree_cpu_s(gateway.pid)
                     got = _bench(url, Path(tmp) / f"{side}-{r}", args)
+                    if side == "gateway":
+                        gateway_cpu_s += _tree_cpu_s(gateway.pid) - cpu0
                     for key, values in got.items():
                         pooled[side][key] += values
     finally:
@@ -133,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.rounds} alternating rounds of {args.duration:g} s each",
         "machine": {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "python": platform.python_version()},
         "ms": {side: {key: summary(side, key) for key in ("ttft_s", "itl_s")} for side in pooled},
+        # the gateway's own CPU (Envoy, and the relay with resume) in its rounds, per request, streamed tokens included
+        "gateway_cpu_ms_per_request": round(gateway_cpu_s * 1000 / max(1, len(pooled["gateway"]["ttft_s"])), 3),
     }
     result["added_ms"] = {key: {p: result["ms"]["gateway"][key][p] - result["ms"]["direct"][key][p] for p in ("p50", "p90", "p99")}
                           for key in ("ttft_s", "itl_s")}
@@ -144,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         d, g, a = result["ms"]["direct"][key], result["ms"]["gateway"][key], result["added_ms"][key]
         fmt = lambda x: "/".join(f"{x[p]:.1f}" for p in ("p50", "p90", "p99"))  # noqa: E731
         print(f"| {key[:-2].upper()} | {fmt(d)} | {fmt(g)} | {fmt(a)} |")
+    print(f"\ngateway CPU per request ({args.max_tokens} tokens): {result['gateway_cpu_ms_per_request']} ms")
     return 0
 
 
