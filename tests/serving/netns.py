@@ -123,10 +123,19 @@ class ClusterIP:
         return done.stdout
 
     def set_endpoints(self, endpoints: Sequence[str]) -> None:
-        """Rewrite the Service chain for ``endpoints`` (``ip:port``); open connections keep theirs."""
-        self._iptables("-F", self.chain)
+        """Rewrite the Service chain for ``endpoints`` (``ip:port``) in one transaction, as kube-proxy
+        does (iptables-restore): no new connection sees a half-written chain. Without endpoints every
+        new connection is refused at once (kube-proxy REJECTs them); open connections keep theirs."""
         n = len(endpoints)
+        rules = [f":{self.chain} - [0:0]"]
         for i, endpoint in enumerate(endpoints):
-            pick = ["-m", "statistic", "--mode", "random", "--probability", f"{1 / (n - i):.11f}"] if i < n - 1 else []
-            self._iptables("-A", self.chain, "-p", "tcp", *pick, "-j", "DNAT", "--to-destination", endpoint)
+            pick = f" -m statistic --mode random --probability {1 / (n - i):.10f}" if i < n - 1 else ""
+            rules.append(f"-A {self.chain} -p tcp{pick} -j DNAT --to-destination {endpoint}")
+        if not endpoints:
+            rules.append(f"-A {self.chain} -p tcp -j DNAT --to-destination 127.0.0.1:1")
+        restore = "\n".join(["*nat", *rules, "COMMIT", ""])
+        done = subprocess.run(["iptables-restore", "-w", "--noflush"], input=restore, capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"iptables-restore: {done.stderr.strip()}\n{restore}")
         self.endpoints = tuple(endpoints)

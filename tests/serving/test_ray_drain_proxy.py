@@ -94,7 +94,7 @@ GRACE_S = 120  # the replicas' graceful_shutdown_timeout_s and the drain's deadl
 WORK_S = 0.3  # how long a steady request runs on its replica: the proxy is rarely without one
 SERVE_PORT = 8000
 VIP = f"{netns.SUBNET}.100"  # the Service's ClusterIP, inside the host namespace
-CLIENTS = 8
+CLIENTS = 12  # steady senders: some of their pooled connections are on a's proxy when it leaves
 HELD = 12
 IN_CHILD = "GENNSTACK_RAY_PROXY_DRAIN_CHILD"
 RAY_AUTH = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
@@ -143,21 +143,31 @@ def _status(url: str) -> int:
 
 class Readiness(threading.Thread):
     """kubelet's readiness probe of each worker's /-/healthz, the endpoints controller and
-    kube-proxy in one: a pod whose probe fails leaves the Service (once; a drained pod never comes
-    back). ``left`` holds when each endpoint left (time.time(), to compare with the ledger)."""
+    kube-proxy in one: a pod whose probe failed FAILURES times in a row leaves the Service, one that
+    passes again comes back (the chart's probe: failureThreshold 2). ``left`` holds when each
+    endpoint first left (time.time(), to compare with the ledger)."""
 
-    def __init__(self, service: netns.ClusterIP) -> None:
+    FAILURES = 2
+
+    def __init__(self, service: netns.ClusterIP, endpoints: list[str]) -> None:
         super().__init__(daemon=True)
         self.service = service
+        self.endpoints = endpoints
+        self.failures = dict.fromkeys(endpoints, 0)
         self.left: dict[str, float] = {}
         self.stopped = threading.Event()
+        service.set_endpoints(endpoints)
 
     def run(self) -> None:
         while not self.stopped.wait(1.0):
-            for endpoint in self.service.endpoints:
-                if _status(f"http://{endpoint}/-/healthz") != 200:
-                    self.left[endpoint] = time.time()
-                    self.service.set_endpoints([e for e in self.service.endpoints if e != endpoint])
+            for endpoint in self.endpoints:
+                ok = _status(f"http://{endpoint}/-/healthz") == 200
+                self.failures[endpoint] = 0 if ok else self.failures[endpoint] + 1
+            ready = [e for e in self.endpoints if self.failures[e] < self.FAILURES]
+            if tuple(ready) != self.service.endpoints:
+                for endpoint in set(self.service.endpoints) - set(ready):
+                    self.left.setdefault(endpoint, time.time())
+                self.service.set_endpoints(ready)
 
 
 class Clients:
@@ -223,7 +233,7 @@ def _drill(cluster: Cluster, lab: netns.Lab) -> None:
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
     a, b = lab.nodes["a"], lab.nodes["b"]
     service = netns.ClusterIP(VIP, SERVE_PORT)
-    readiness = Readiness(service)
+    readiness: Readiness | None = None
     drain: subprocess.Popen | None = None
     try:
         import drain_app
@@ -232,7 +242,7 @@ def _drill(cluster: Cluster, lab: netns.Lab) -> None:
         serve.run(drain_app.app, name="llm", route_prefix="/")
         for node in (a, b):
             wait(f"the Serve proxy on {node.ip}", lambda n=node: _status(f"http://{n.ip}:{SERVE_PORT}/-/healthz") == 200)
-        service.set_endpoints([f"{a.ip}:{SERVE_PORT}", f"{b.ip}:{SERVE_PORT}"])
+        readiness = Readiness(service, [f"{a.ip}:{SERVE_PORT}", f"{b.ip}:{SERVE_PORT}"])
         readiness.start()
 
         gateway = GatewayConfig.model_validate(frozen({
@@ -286,11 +296,14 @@ def _drill(cluster: Cluster, lab: netns.Lab) -> None:
         left_at = readiness.left[endpoint]
         through_a = [r for r in arrived.values() if r["proxy"] == a.ip]
         late = [r for r in through_a if r["at"] > left_at]
+        # The case this test is for: the pooled connections brought requests to the proxy after it left.
+        assert late, "no request reached a's proxy after it left the Service: the drill did not load it"
         print(f"drill: requests {len(clients.results)}, all answered 200; through a's proxy {len(through_a)}, "
               f"of which {len(late)} after a left the Service (pooled connections); connections retired at "
               f"their lifetime {retired}")
     finally:
-        readiness.stopped.set()
+        if readiness is not None:
+            readiness.stopped.set()
         if drain is not None and drain.poll() is None:
             drain.kill()
         ray.shutdown()
